@@ -1,0 +1,69 @@
+"""``python -m broker``: start a broker with its database in the data directory."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from schemas.config import load_config
+from schemas.paths import data_dir, database_path, ensure_data_dir, pub_endpoint, router_endpoint
+
+from .core import Limits
+from .logs import configure, get_logger
+from .server import Broker, BrokerSettings, StartupError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m broker",
+                                     description="Run the Intercom bus broker.")
+    parser.add_argument("--data-dir", type=Path, help="directory for sockets and database "
+                        "(default $INTERCOM_DATA_DIR or ~/.intercom)")
+    parser.add_argument("--endpoint", help="ROUTER endpoint (default $INTERCOM_ENDPOINT or "
+                        "ipc://<data-dir>/broker.sock)")
+    parser.add_argument("--pub-endpoint", help="PUB endpoint for presence (default "
+                        "$INTERCOM_PUB_ENDPOINT or ipc://<data-dir>/presence.sock)")
+    parser.add_argument("--db", type=Path, help="SQLite database (default <data-dir>/intercom.db)")
+    parser.add_argument("--config", type=Path, help="intercom config.json (default "
+                        "~/.atomic/agent/intercom/config.json, then ~/.pi/agent/intercom/config.json)")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"],
+                        help="SQLite synchronous mode (FULL survives power loss too)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure(args.log_level)
+    log = get_logger("broker")
+    base = ensure_data_dir(args.data_dir.expanduser() if args.data_dir else data_dir())
+    config, problem = load_config(args.config)
+    if problem:
+        log.error("config_rejected", error=problem)
+    settings = BrokerSettings(
+        endpoint=args.endpoint or router_endpoint(base=base),
+        pub_endpoint=args.pub_endpoint or pub_endpoint(base=base),
+        db_path=args.db or database_path(base),
+        limits=Limits(max_pending_asks=config.maxPendingAsks, ask_timeout_s=config.askTimeout),
+        synchronous=args.sync,
+    )
+    try:
+        broker = Broker(settings)
+    except StartupError as exc:
+        log.error("broker_start_failed", error=str(exc))
+        print(f"broker: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: broker.stop())
+    signal.signal(signal.SIGINT, lambda *_: broker.stop())
+    try:
+        broker.serve_forever()
+    finally:
+        broker.close()
+    log.info("broker_stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Presence: who must hear that a session appeared, changed or went away.
+
+A change of a session's membership set (connect, join, leave, disconnect) is
+described by the set before and after. For every other session whose visibility of
+the changed one flips, both sides get an in-band event (``session_joined`` or
+``session_left``); peers that could see it before and after get ``presence_update``
+when its groups changed. A connecting session hears nothing about existing peers (it
+asks ``list``), and a departing one hears nothing at all. Every change is also
+published on PUB once per affected group, with the group as topic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.protocol import envelope
+
+from .commands import Command, Publish, Send
+from .sessions import Registry, Session
+
+
+def presence_event(event: str, session: Session, **extra: Any) -> dict[str, Any]:
+    return envelope("event", event=event, session=session.public(), **extra)
+
+
+def membership_changed(registry: Registry, session: Session, before: set[str],
+                       after: set[str], out: list[Command], *, connecting: bool = False,
+                       departing: bool = False) -> None:
+    """Append the events for ``session`` moving from ``before`` to ``after`` groups.
+
+    The registry must already reflect ``after``.
+    """
+    peers: set[str] = set()
+    for group in before | after:
+        peers |= registry.by_group.get(group, set())
+    peers.discard(session.id)
+    groups_changed = before != after
+    for peer_id in peers:
+        peer = registry.by_id[peer_id]
+        was = not peer.groups.keys().isdisjoint(before)
+        now = not peer.groups.keys().isdisjoint(after)
+        if now and not was:
+            out.append(Send(peer.identity, presence_event("session_joined", session)))
+            if not connecting:
+                out.append(Send(session.identity, presence_event("session_joined", peer)))
+        elif was and not now:
+            out.append(Send(peer.identity, presence_event("session_left", session)))
+            if not departing:
+                out.append(Send(session.identity, presence_event("session_left", peer)))
+        elif was and now and groups_changed:
+            out.append(Send(peer.identity, presence_event("presence_update", session)))
+    for group in sorted(after - before):
+        out.append(Publish(group, presence_event("session_joined", session, group=group)))
+    for group in sorted(before - after):
+        out.append(Publish(group, presence_event("session_left", session, group=group)))
+
+
+def status_changed(registry: Registry, session: Session, out: list[Command]) -> None:
+    """Tell every session that can see ``session`` about its new status."""
+    for peer_id in registry.neighbours(session):
+        out.append(Send(registry.by_id[peer_id].identity,
+                        presence_event("presence_update", session)))
+    for group in session.groups:
+        out.append(Publish(group, presence_event("presence_update", session, group=group)))

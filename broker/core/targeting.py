@@ -1,0 +1,80 @@
+"""Resolving a ``to`` string to one live session the caller may reach.
+
+Order (first form that finds anything wins):
+
+1. an exact full session id;
+2. an exact, case-insensitive session name;
+3. a unique 8-hex prefix of a UUID session id;
+4. an Atomic session id registered by exactly one session the caller can see.
+
+Only sessions the caller can see are ever candidates, so an ambiguity report never
+names a session the caller could not reach. A full id of an existing session the
+caller cannot see is refused as another group's session; anything else that
+resembles a truncated id is rejected rather than guessed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from schemas.errors import BusError
+
+from .sessions import Registry, Session
+
+_PREFIX = re.compile(r"[0-9a-f]{8}")
+_ID_FRAGMENT = re.compile(r"[0-9a-fA-F-]{1,36}")
+
+
+def resolve_session(registry: Registry, caller: Session, to: str) -> Session:
+    """Return the single session ``to`` names for ``caller``.
+
+    Raises BusError(self_target | different_group | ambiguous_target |
+    invalid_target | target_not_found).
+    """
+    exact = registry.by_id.get(to)
+    if exact is not None:
+        return _reachable(registry, caller, exact)
+
+    by_name = registry.by_name.get(to.lower())
+    if by_name:
+        found = _pick(registry, caller, to, by_name)
+        if found is not None:
+            return found
+
+    lowered = to.lower()
+    if _PREFIX.fullmatch(lowered):
+        found = _pick(registry, caller, to, registry.by_prefix.get(lowered, ()))
+        if found is not None:
+            return found
+
+    by_atomic = registry.by_atomic.get(to)
+    if by_atomic:
+        found = _pick(registry, caller, to, by_atomic)
+        if found is not None:
+            return found
+
+    if _ID_FRAGMENT.fullmatch(to) and len(to) != 36:
+        raise BusError("invalid_target", to=to)
+    raise BusError("target_not_found", to=to)
+
+
+def _reachable(registry: Registry, caller: Session, target: Session) -> Session:
+    if target is caller:
+        raise BusError("self_target")
+    if not registry.visible(caller, target):
+        raise BusError("different_group")
+    return target
+
+
+def _pick(registry: Registry, caller: Session, to: str, ids) -> Session | None:
+    """One visible candidate, self_target, ambiguity, or None when nothing is visible."""
+    candidates = [registry.by_id[i] for i in ids if i in registry.by_id]
+    visible = [s for s in candidates if s is not caller and registry.visible(caller, s)]
+    if len(visible) == 1:
+        return visible[0]
+    if len(visible) > 1:
+        names = ", ".join(sorted(f"{s.name} {s.id}" for s in visible))
+        raise BusError("ambiguous_target", to=to, candidates=names)
+    if any(s is caller for s in candidates):
+        raise BusError("self_target")
+    return None

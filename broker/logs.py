@@ -1,0 +1,34 @@
+"""Logging: the one place structlog is configured.
+
+JSON lines when stderr is not a terminal, a readable console otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure(level: str = "info", json: bool | None = None) -> None:
+    if json is None:
+        json = not sys.stderr.isatty()
+    renderer = (structlog.processors.JSONRenderer() if json
+                else structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def get_logger(name: str = "intercom") -> structlog.typing.FilteringBoundLogger:
+    return structlog.get_logger(name)

@@ -1,0 +1,258 @@
+"""The IO shell: owns the ROUTER and PUB sockets, feeds the engine, executes its commands.
+
+One loop, one thread. Each round polls once (with the engine's next deadline as the
+timeout), drains up to ``DRAIN_LIMIT`` frames without blocking, hands them to the
+engine, and executes every resulting command at the end of the round: sends to the
+same peer are coalesced into one batch frame, store writes go to the persistence
+worker as one batch. A frame that cannot be decoded gets an error reply and is
+counted; nothing a peer sends can stop the loop.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+import zmq
+
+from schemas.errors import BusError
+from schemas.limits import LEASE_RENEW_S, LEASE_S, MAX_BATCH, MAX_FRAME_BYTES
+from schemas.protocol import pack, unpack_frame
+
+from .core import Engine, IdentityRecord, Limits, Persist, Publish, Send
+from .logs import get_logger
+from .persistence import WORKER_ENDPOINT, PersistenceWorker
+from .store import Store
+
+DRAIN_LIMIT = 512
+MAX_POLL_S = 0.5
+_SNDMORE = zmq.SNDMORE
+_NOBLOCK = zmq.NOBLOCK
+_SNDMORE_NOBLOCK = zmq.SNDMORE | zmq.NOBLOCK
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message says why in words a person can act on."""
+
+
+@dataclass
+class BrokerSettings:
+    endpoint: str
+    pub_endpoint: str
+    db_path: Path
+    limits: Limits = Limits()
+    synchronous: str = "FULL"
+
+
+class Broker:
+    """A running broker. ``serve_forever`` until ``stop``; then ``close``."""
+
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.settings = settings
+        self.log = get_logger("broker")
+        self.broker_id = uuid.uuid4().hex[:12]
+        self._stopping = False
+        self._locks: list[int] = []
+        self.ctx = zmq.Context()
+        self.router = self.pub = self.worker_sock = None
+        try:
+            self._lock_ipc(settings.endpoint)
+            self._lock_ipc(settings.pub_endpoint)
+            self.store = Store(settings.db_path, settings.synchronous)
+            identities = {sid: IdentityRecord(atomic, th) for sid, atomic, th in self.store.identities()}
+            self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
+                                 identities=identities)
+            self._bind()
+        except Exception:
+            self.close()
+            raise
+        self.worker = PersistenceWorker(self.ctx, self.store, self.broker_id)
+        self.worker.start()
+        self.worker.ready.wait()
+        self._lease_due = 0.0
+        self.frames_in = 0
+        self.frames_out = 0
+
+    # -- setup -------------------------------------------------------------------------
+
+    def _lock_ipc(self, endpoint: str) -> None:
+        """Refuse to start when another broker serves the same ipc path.
+
+        Binding an ipc path that is in use silently steals it from the running
+        broker, so a lock file beside the socket decides first.
+        """
+        if not endpoint.startswith("ipc://"):
+            return
+        lock_path = endpoint[len("ipc://"):] + ".lock"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StartupError(f"another broker (pid {holder}) is already serving {endpoint}") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._locks.append(fd)
+
+    def _bind(self) -> None:
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.router.linger = 0
+        self.router.sndhwm = 100_000
+        self.router.rcvhwm = 100_000
+        # Frames past the limit get an error reply; far past it, libzmq drops the peer
+        # before allocating the frame.
+        self.router.maxmsgsize = MAX_FRAME_BYTES * 4
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.linger = 0
+        self.pub.sndhwm = 100_000
+        for sock, endpoint in ((self.router, self.settings.endpoint),
+                               (self.pub, self.settings.pub_endpoint)):
+            try:
+                sock.bind(endpoint)
+            except zmq.ZMQError as exc:
+                if exc.errno == zmq.EADDRINUSE:
+                    raise StartupError(f"{endpoint} is already in use (another broker?)") from None
+                raise StartupError(f"cannot bind {endpoint}: {exc.strerror}") from None
+        self.worker_sock = self.ctx.socket(zmq.PAIR)
+        self.worker_sock.linger = 0
+        self.worker_sock.bind(WORKER_ENDPOINT)
+
+    # -- loop ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to finish its round and return (safe from a signal handler)."""
+        self._stopping = True
+
+    def serve_forever(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.router, zmq.POLLIN)
+        poller.register(self.worker_sock, zmq.POLLIN)
+        engine = self.engine
+        self.log.info("broker_started", endpoint=self.settings.endpoint,
+                      pub_endpoint=self.settings.pub_endpoint, db=str(self.settings.db_path),
+                      broker_id=self.broker_id, pid=os.getpid())
+        while not self._stopping:
+            now = time.time()
+            wait_s = min(MAX_POLL_S, max(0.0, engine.next_deadline() - now))
+            try:
+                ready = dict(poller.poll(wait_s * 1000))
+            except zmq.ZMQError as exc:
+                if exc.errno == zmq.EINTR:
+                    continue
+                raise
+            now = time.time()
+            commands: list = []
+            if self.router in ready:
+                self._drain_router(now, commands)
+            if self.worker_sock in ready:
+                self._drain_worker(now, commands)
+            if now >= engine.next_deadline():
+                commands.extend(engine.tick(now))
+            if now >= self._lease_due:
+                self._lease_due = now + LEASE_RENEW_S
+                commands.append(Persist(("lease", self.broker_id, os.getpid(),
+                                         self.settings.endpoint, now, now + LEASE_S)))
+            if commands:
+                self._execute(commands)
+            if engine.internal_errors:
+                for exc in engine.internal_errors:
+                    self.log.error("internal_error", exc_info=exc)
+                engine.internal_errors.clear()
+        self.log.info("broker_stopping", sessions=len(engine.registry), **self.statistics())
+
+    def _drain_router(self, now: float, commands: list) -> None:
+        router = self.router
+        engine = self.engine
+        for _ in range(DRAIN_LIMIT):
+            try:
+                identity = router.recv(_NOBLOCK)
+            except zmq.Again:
+                return
+            frame = router.recv() if router.rcvmore else b""
+            extra = False
+            while router.rcvmore:
+                router.recv()
+                extra = True
+            self.frames_in += 1
+            try:
+                if extra:
+                    raise BusError("bad_envelope", detail="a message must be exactly one frame")
+                envs = unpack_frame(frame)
+            except BusError as error:
+                commands.extend(engine.refuse_frame(identity, error))
+                continue
+            commands.extend(engine.receive_batch(identity, envs, now))
+
+    def _drain_worker(self, now: float, commands: list) -> None:
+        while True:
+            try:
+                report = msgpack.unpackb(self.worker_sock.recv(_NOBLOCK), raw=False)
+            except zmq.Again:
+                return
+            if report["error"]:
+                self.log.error("persist_failed", error=report["error"], tickets=len(report["failed"]))
+            if report["brokers"] is not None:
+                self.engine.other_brokers = report["brokers"]
+            for ticket in report["done"]:
+                commands.extend(self.engine.persisted(ticket, now))
+            for ticket in report["failed"]:
+                commands.extend(self.engine.persist_failed(ticket, now))
+
+    def _execute(self, commands: list) -> None:
+        outbox: dict[bytes, list] = {}
+        writes: list = []
+        for command in commands:
+            kind = type(command)
+            if kind is Send:
+                box = outbox.get(command.identity)
+                if box is None:
+                    outbox[command.identity] = [command.env]
+                else:
+                    box.append(command.env)
+            elif kind is Publish:
+                self.pub.send(command.topic.encode(), _SNDMORE)
+                self.pub.send(pack(command.env))
+            else:
+                writes.append((command.ticket, command.op))
+        router = self.router
+        for identity, envs in outbox.items():
+            for start in range(0, len(envs), MAX_BATCH):
+                chunk = envs[start:start + MAX_BATCH]
+                frame = pack(chunk[0] if len(chunk) == 1 else chunk)
+                try:
+                    router.send(identity, _SNDMORE_NOBLOCK)
+                    router.send(frame, _NOBLOCK)
+                    self.frames_out += 1
+                except zmq.Again:
+                    self.engine.stats["dropped.peer_full"] += 1
+        if writes:
+            self.worker_sock.send(msgpack.packb(writes, use_bin_type=True))
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    def statistics(self) -> dict:
+        stats = dict(self.engine.stats) if hasattr(self, "engine") else {}
+        stats.update(frames_in=getattr(self, "frames_in", 0), frames_out=getattr(self, "frames_out", 0))
+        return stats
+
+    def close(self) -> None:
+        worker = getattr(self, "worker", None)
+        if worker is not None and worker.is_alive():
+            self.worker_sock.send(msgpack.packb([[None, ("release", self.broker_id)]]))
+            self.worker_sock.send(msgpack.packb("stop"))
+            worker.join(timeout=10)
+        elif worker is None and getattr(self, "store", None) is not None:
+            self.store.close()
+        for sock in (self.router, self.pub, self.worker_sock):
+            if sock is not None:
+                sock.close(linger=0)
+        self.ctx.term()
+        for fd in self._locks:
+            os.close(fd)
+        self._locks.clear()

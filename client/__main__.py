@@ -1,0 +1,106 @@
+"""``python -m client``: the command line for people and scripts.
+
+``tail`` follows presence on the broker's PUB socket; ``list``, ``groups``, ``status``,
+``send`` and ``ask`` run one intercom call as a short-lived session and print the
+result as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import zmq
+
+from schemas.paths import pub_endpoint
+from schemas.protocol import unpack_frame
+
+from .session import Client, ConnectError
+
+
+def format_event(topic: str, event: dict) -> str:
+    session = event.get("session") or {}
+    stamp = time.strftime("%H:%M:%S")
+    return (f"{stamp} {topic:<16} {event.get('event', '?'):<16} "
+            f"{session.get('name', '?')} {session.get('id', '?')} [{session.get('status', '')}]")
+
+
+def tail(endpoint: str, group: str | None, as_json: bool, out=sys.stdout,
+         max_events: int | None = None) -> int:
+    """Print presence events as they happen until interrupted (or ``max_events``)."""
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.linger = 0
+    sub.rcvhwm = 0
+    sub.connect(endpoint)
+    # Topics are whole group names; SUB filters by prefix, so check equality here.
+    sub.setsockopt(zmq.SUBSCRIBE, group.encode() if group else b"")
+    seen = 0
+    try:
+        while max_events is None or seen < max_events:
+            parts = sub.recv_multipart()
+            if len(parts) != 2:
+                continue
+            topic = parts[0].decode(errors="replace")
+            if group is not None and topic != group:
+                continue
+            try:
+                (event,) = unpack_frame(parts[1])
+            except Exception:
+                continue
+            event = {k: v for k, v in event.items() if k not in ("v", "k")}
+            event.setdefault("group", topic)
+            line = json.dumps(event, sort_keys=True) if as_json else format_event(topic, event)
+            print(line, file=out, flush=True)
+            seen += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sub.close()
+    return 0
+
+
+def one_call(args: argparse.Namespace, params: dict) -> int:
+    try:
+        session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.as_group)
+    except ConnectError as exc:
+        print(json.dumps({"ok": False, "code": exc.code, "error": str(exc)}))
+        return 1
+    with session:
+        result = session.intercom(**params)
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return 0 if result.get("ok") else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m client", description="Intercom bus client.")
+    parser.add_argument("--endpoint", help="broker ROUTER endpoint (default $INTERCOM_ENDPOINT)")
+    parser.add_argument("--name", default="cli", help="session name for one-shot calls")
+    parser.add_argument("--as-group", help="home group of the one-shot session")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_tail = sub.add_parser("tail", help="follow presence events")
+    p_tail.add_argument("--group", help="only this group")
+    p_tail.add_argument("--json", action="store_true", help="print JSON lines")
+    p_tail.add_argument("--pub-endpoint", help="broker PUB endpoint (default $INTERCOM_PUB_ENDPOINT)")
+    for action in ("list", "groups", "status"):
+        p = sub.add_parser(action, help=f"intercom {action}")
+        if action != "groups":
+            p.add_argument("--group")
+    for action in ("send", "ask"):
+        p = sub.add_parser(action, help=f"intercom {action}")
+        p.add_argument("to")
+        p.add_argument("message")
+    args = parser.parse_args(argv)
+    if args.command == "tail":
+        return tail(args.pub_endpoint or pub_endpoint(), args.group, args.json)
+    params = {"action": args.command}
+    for key in ("group", "to", "message"):
+        if getattr(args, key, None) is not None:
+            params[key] = getattr(args, key)
+    return one_call(args, params)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

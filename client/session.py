@@ -1,0 +1,248 @@
+"""A session on the bus, as an agent runtime uses it.
+
+``Client.connect(...)`` opens one; ``session.intercom(**params)`` takes the intercom
+tool's parameters and returns the JSON-ready result the tool hands back to the model.
+Every failure, a bad parameter included, comes back as ``{"ok": False, "code",
+"error"}``; only ``connect`` raises, because there is no session to report through.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import uuid
+from concurrent.futures import Future
+from typing import Any, Callable
+
+from schemas.config import Config, load_config
+from schemas.errors import BusError, error_reply
+from schemas.groups import env_group, resolve_home_group
+from schemas.limits import CALL_TIMEOUT_S
+from schemas.paths import router_endpoint
+from schemas.protocol import SESSION_KINDS, envelope
+from schemas.tools import INTERCOM_SCHEMA, validate
+
+from .render import render_body
+from .transport import Transport
+
+_ASK_MARGIN_S = 5.0
+
+
+class ConnectError(Exception):
+    """The broker refused the session or did not answer; ``code`` says which."""
+
+    def __init__(self, code: str, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+def new_message_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Session:
+    """One connected session. Thread-safe; use as a context manager or call close()."""
+
+    def __init__(self, *, name: str, endpoint: str, group: str | None, agent: str | None,
+                 atomic_session_id: str | None, kind: str, parent: str | None,
+                 config: Config, session_id: str | None = None, stage: str | None = None,
+                 confirm: Callable[[dict], bool] | None = None) -> None:
+        self.name = name
+        self.endpoint = endpoint
+        self.config = config
+        self.kind = kind
+        self.confirm = confirm
+        self._explicit_group = group
+        self._fallback_group = resolve_home_group(env=env_group(os.environ), config=config.group)
+        self._agent = agent
+        self._atomic = atomic_session_id
+        self._parent = parent
+        self._stage = stage
+        self.id: str | None = session_id
+        self.token: str | None = None
+        self.home_group: str | None = None
+        self.groups: list[str] = []
+        self.parent_id: str | None = None
+        self._inbox: queue.Queue[dict] = queue.Queue()
+        self._events: queue.Queue[dict] = queue.Queue()
+        self._current: dict | None = None
+        self._welcome: Future = Future()
+        self._closed = False
+        self._lock = threading.Lock()
+        self._transport = Transport(endpoint, self._on_message, self._hello, self._on_welcome)
+
+    # -- connection ------------------------------------------------------------------
+
+    def _hello(self) -> dict:
+        fields: dict[str, Any] = {
+            "id": new_message_id(), "name": self.name, "sessionKind": self.kind,
+            "group": self._explicit_group, "fallbackGroup": self._fallback_group,
+            "agent": self._agent, "atomicSessionId": self._atomic, "parent": self._parent,
+            "stage": self._stage, "statusSuffix": self.config.status,
+        }
+        if self.id is not None:
+            fields.update(sessionId=self.id, token=self.token)
+        if self.home_group is not None:
+            # A reconnect keeps the startup identity and the memberships as they were.
+            fields.update(homeGroup=self.home_group, groups=list(self.groups))
+        return envelope("hello", **{k: v for k, v in fields.items() if v is not None})
+
+    def _on_welcome(self, result: dict) -> None:
+        if result.get("ok"):
+            self.id = result["sessionId"]
+            self.token = result["token"]
+            self.home_group = result["homeGroup"]
+            self.groups = list(result["groups"])
+            self.parent_id = result.get("parent")
+        if not self._welcome.done():
+            self._welcome.set_result(result)
+
+    def _wait_welcome(self, timeout: float) -> None:
+        try:
+            result = self._welcome.result(timeout)
+        except TimeoutError:
+            self._transport.close(0.5)
+            raise ConnectError("broker_unavailable",
+                               f"no broker answered at {self.endpoint} within {timeout:g} s") from None
+        if not result.get("ok"):
+            self._transport.close(0.5)
+            raise ConnectError(result.get("code", "internal_error"), result.get("error", ""))
+
+    def _on_message(self, env: dict) -> None:
+        if env["k"] == "msg":
+            msg = {k: v for k, v in env.items() if k not in ("v", "k")}
+            msg["body"] = render_body(msg, self.config.replyHint)
+            self._inbox.put(msg)
+        else:
+            event = {k: v for k, v in env.items() if k not in ("v", "k")}
+            self._events.put(event)
+
+    @property
+    def connected(self) -> bool:
+        return self._transport.connected.is_set()
+
+    def close(self) -> None:
+        """Leave the bus now: peers see this session gone at once."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.connected:
+            future = self._transport.request(envelope("bye", id=new_message_id()))
+            try:
+                future.result(2.0)
+            except TimeoutError:
+                pass
+        self._transport.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the intercom tool ----------------------------------------------------------
+
+    def intercom(self, **params: Any) -> dict[str, Any]:
+        """Run one intercom tool call; returns the JSON-ready result dict."""
+        problem = validate(INTERCOM_SCHEMA, params)
+        if problem:
+            return error_reply("invalid_params", detail=problem)
+        action = params["action"]
+        timeout = params.pop("timeout", None) if action == "ask" else None
+        if "timeout" in params:
+            return error_reply("invalid_params", detail="timeout applies to ask only")
+        if self.config.confirmSend and action in ("send", "ask") and self.confirm is not None:
+            if not self.confirm(dict(params)):
+                return error_reply("confirmation_declined")
+        if action == "ask":
+            timeout = float(timeout or self.config.askTimeout)
+            params["timeout"] = timeout
+            return self._call("call", params, timeout + _ASK_MARGIN_S)
+        if action == "reply" and self._current is not None:
+            params.setdefault("currentTurn", self._current.get("id"))
+        return self._call("call", params)
+
+    def _call(self, kind: str, fields: dict, timeout: float = CALL_TIMEOUT_S) -> dict[str, Any]:
+        if self._closed:
+            return error_reply("session_closed")
+        msg_id = new_message_id()
+        future = self._transport.request(envelope(kind, id=msg_id, **fields))
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            self._transport.forget(msg_id)
+            return error_reply("broker_unavailable", timeout_s=timeout)
+
+    def send_nowait(self, to: str, message: str, attachments: list | None = None) -> Future:
+        """Pipelined send: returns at once; the future gets the result dict.
+
+        For bulk senders: many sends share frames, so throughput is not bound by
+        round trips. Parameters are checked by the broker.
+        """
+        fields: dict[str, Any] = {"action": "send", "to": to, "message": message}
+        if attachments:
+            fields["attachments"] = attachments
+        return self._transport.request(envelope("call", id=new_message_id(), **fields))
+
+    # -- inbound ----------------------------------------------------------------------
+
+    def receive(self, timeout: float | None = None) -> dict | None:
+        """The next inbound message (it becomes the current turn), or None on timeout."""
+        try:
+            msg = self._inbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        self._current = msg
+        return msg
+
+    def next_event(self, timeout: float | None = None) -> dict | None:
+        """The next in-band presence event, or None on timeout."""
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def set_status(self, status: str) -> dict[str, Any]:
+        """Publish lifecycle status: ``idle``, ``thinking`` or ``tool:<name>``."""
+        if not isinstance(status, str):
+            return error_reply("invalid_status")
+        return self._call("status", {"status": status})
+
+
+class Client:
+    """Entry point: ``Client.connect(name=...)`` returns a connected :class:`Session`."""
+
+    @staticmethod
+    def connect(name: str, endpoint: str | None = None, group: str | None = None,
+                agent: str | None = None, atomic_session_id: str | None = None,
+                kind: str = "interactive", parent: str | Session | None = None, *,
+                session_id: str | None = None, stage: str | None = None,
+                config: Config | None = None, config_path: str | None = None,
+                confirm: Callable[[dict], bool] | None = None,
+                timeout: float = CALL_TIMEOUT_S) -> Session:
+        """Open a session and wait for the broker's welcome.
+
+        ``session_id`` asks for a previous id back (granted when no live session holds
+        it and, if the broker remembers its last holder, this is the same Atomic
+        session). Raises ConnectError when the broker refuses or does not answer, and
+        ValueError for a bad ``kind``.
+        """
+        if kind not in SESSION_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
+        if config is None:
+            config, _problem = load_config(config_path)
+        if isinstance(parent, Session):
+            parent = parent.id
+        session = Session(name=name, endpoint=endpoint or router_endpoint(), group=group,
+                          agent=agent, atomic_session_id=atomic_session_id, kind=kind,
+                          parent=parent, config=config, session_id=session_id, stage=stage,
+                          confirm=confirm)
+        session._wait_welcome(timeout)
+        return session
+
+
+__all__ = ["BusError", "Client", "ConnectError", "Session"]

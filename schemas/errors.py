@@ -1,0 +1,119 @@
+"""Every error the bus can report: a stable code and its text, defined once.
+
+Codes are grouped by class the way a caller reacts to them:
+
+* ``protocol``: the frame or envelope itself is wrong (a client bug or a hostile peer).
+* ``request``: the tool parameters are wrong; fix the call.
+* ``target``: the target cannot be resolved or may not be reached.
+* ``state``: the call is well-formed but the bus refuses it in its current state.
+* ``peer``: the other side went away or never answered.
+
+Texts are ``str.format`` templates; :func:`error_text` fills them. The broker and the
+client both build error replies through :func:`error_reply`, so a code always carries
+the same text wherever it is raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ErrorSpec:
+    code: str
+    kind: str
+    text: str
+
+
+_TABLE = [
+    # -- protocol ------------------------------------------------------------------
+    ErrorSpec("malformed_frame", "protocol", "Frame is not a valid msgpack envelope"),
+    ErrorSpec("frame_too_large", "protocol", "Frame of {size} bytes exceeds the limit of {limit} bytes"),
+    ErrorSpec("bad_envelope", "protocol", "Invalid envelope: {detail}"),
+    ErrorSpec("unknown_kind", "protocol", "Unknown message kind {kind!r}"),
+    ErrorSpec("unsupported_version", "protocol", "Protocol version {version!r} is not supported (broker speaks {supported})"),
+    ErrorSpec("not_connected", "protocol", "This connection has no session; send hello first"),
+    ErrorSpec("already_connected", "protocol", "This connection already has a session"),
+    ErrorSpec("batch_too_large", "protocol", "Batch of {size} envelopes exceeds the limit of {limit}"),
+    # -- request -------------------------------------------------------------------
+    ErrorSpec("invalid_params", "request", "{detail}"),
+    ErrorSpec("unknown_action", "request", "Unknown action {action!r}"),
+    ErrorSpec("missing_param", "request", "Action {action!r} requires {param!r}"),
+    ErrorSpec("invalid_attachment", "request", "Attachment {index}: {detail}"),
+    ErrorSpec("message_too_large", "request", "Message of {size} characters exceeds the limit of {limit}"),
+    ErrorSpec("invalid_group", "request", "Group name must be a non-empty string of at most {limit} characters"),
+    ErrorSpec("reserved_group", "request", "Group name {group!r} is reserved for subagent auto-groups"),
+    ErrorSpec("invalid_name", "request", "Session name must be a non-empty string of at most {limit} characters"),
+    ErrorSpec("invalid_status", "request", "Status must be 'idle', 'thinking' or 'tool:<name>'"),
+    ErrorSpec("message_id_conflict", "request", "Message id {id!r} was already used for a different message"),
+    # -- target --------------------------------------------------------------------
+    ErrorSpec("target_not_found", "target", "No session you can see matches {to!r}; use intercom list to find targets"),
+    ErrorSpec("ambiguous_target", "target", "{to!r} matches several sessions ({candidates}); use the full session id"),
+    ErrorSpec("invalid_target", "target", "{to!r} is neither a full session id, an exact name, nor a unique 8-hex id prefix"),
+    ErrorSpec("self_target", "target", "Cannot message the current session"),
+    ErrorSpec("different_group", "target", "Target session is in a different intercom group"),
+    ErrorSpec("workflow_different_group", "target", "Target workflow run is in a different intercom group"),
+    ErrorSpec("non_agent_target", "target", "{to!r} is a non-agent workflow node (prompt or tool) and cannot receive messages"),
+    ErrorSpec("ambiguous_stage", "target", "{to!r} matches several live stages ({candidates}); ask by the exact stage path from intercom list"),
+    ErrorSpec("invalid_path", "target", "{to!r} is not a valid workflow path: {detail}"),
+    ErrorSpec("not_supervisor", "target", "This session has no supervisor to contact"),
+    # -- state ---------------------------------------------------------------------
+    ErrorSpec("not_member", "state", "This session is not a member of group {group!r}"),
+    ErrorSpec("last_group", "state", "Cannot leave {group!r}: it is this session's only group; use leave without a group to reset"),
+    ErrorSpec("queue_full", "state", "Pending stage message queue is full (limit {limit})"),
+    ErrorSpec("pending_stage_ask_unsupported", "state",
+              "{to!r} is not a live stage: ask needs a running, reply-capable target; use send, "
+              "which queues for the stage because it may start much later or never"),
+    ErrorSpec("terminal_child", "state", "Target noninteractive child is terminal and cannot reply"),
+    ErrorSpec("supervisor_busy", "state", "Already waiting for a supervisor reply"),
+    ErrorSpec("too_many_asks", "state", "Too many pending asks (limit {limit}); wait for one to finish"),
+    ErrorSpec("no_pending_ask", "state", "No unresolved inbound ask to reply to"),
+    ErrorSpec("reply_ambiguous", "state", "Several asks are pending ({count}); pass to or replyTo (see intercom pending)"),
+    ErrorSpec("unknown_thread", "state", "No unresolved inbound ask or current message matches replyTo {reply_to!r}"),
+    ErrorSpec("thread_sender_mismatch", "state", "replyTo {reply_to!r} was not sent by {to!r}"),
+    ErrorSpec("confirmation_declined", "state", "Send was not confirmed"),
+    ErrorSpec("unknown_run", "state", "No workflow run {run_id!r} is registered"),
+    ErrorSpec("not_run_host", "state", "Only the session that registered run {run_id!r} may change it"),
+    ErrorSpec("invalid_transition", "state", "Stage {stage!r} cannot go from {old} to {new}"),
+    ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
+    # -- peer ----------------------------------------------------------------------
+    ErrorSpec("ask_timeout", "peer", "No reply within {timeout_s:g} s"),
+    ErrorSpec("peer_disconnected", "peer", "{name} disconnected before replying"),
+    ErrorSpec("peer_terminal", "peer", "{name} became terminal before replying"),
+    ErrorSpec("broker_unavailable", "peer", "Broker did not answer within {timeout_s:g} s"),
+    ErrorSpec("session_closed", "peer", "The session is closed"),
+    ErrorSpec("internal_error", "peer", "Internal broker error; the request was not applied"),
+]
+
+ERRORS: dict[str, ErrorSpec] = {spec.code: spec for spec in _TABLE}
+
+
+class BusError(Exception):
+    """A refusal with a stable code; ``str()`` is the human text."""
+
+    def __init__(self, code: str, **fields: Any) -> None:
+        self.code = code
+        self.fields = fields
+        super().__init__(error_text(code, **fields))
+
+    @property
+    def text(self) -> str:
+        return self.args[0]
+
+    def reply(self) -> dict[str, Any]:
+        return {"ok": False, "code": self.code, "error": self.text}
+
+
+def error_text(code: str, **fields: Any) -> str:
+    """Fill the text template of ``code``; missing fields never raise."""
+    spec = ERRORS[code]
+    try:
+        return spec.text.format(**fields)
+    except (KeyError, IndexError, ValueError):
+        return spec.text
+
+
+def error_reply(code: str, **fields: Any) -> dict[str, Any]:
+    """The JSON-ready failure dict every tool call returns."""
+    return {"ok": False, "code": code, "error": error_text(code, **fields)}

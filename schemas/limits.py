@@ -1,0 +1,27 @@
+"""Numbers the bus promises. Durations are seconds (``*_s``)."""
+
+PROTOCOL_VERSION = 1
+
+MAX_FRAME_BYTES = 1 << 20          # one ZeroMQ frame, before decoding
+MAX_BATCH = 512                    # envelopes in one frame
+MAX_MESSAGE_CHARS = 256 * 1024     # message text
+MAX_ATTACHMENTS = 32
+MAX_ATTACHMENT_CHARS = 256 * 1024  # one attachment's content
+MAX_NAME_CHARS = 128               # session names, agent ids
+MAX_GROUP_CHARS = 128
+MAX_TARGET_CHARS = 512
+MAX_PREVIEW_CHARS = 80             # pending-ask preview
+
+PREFIX_LEN = 8                     # unique hex prefix of a UUID session id
+
+QUEUED_PER_TARGET = 50
+MAX_PENDING_ASKS = 6
+ASK_TIMEOUT_S = 600.0
+LEASE_S = 120.0
+LEASE_RENEW_S = 30.0
+INVOKE_RECHECK_S = 1.0
+ALT_TEXT_CHARS = 1024
+
+HEARTBEAT_S = 1.0                  # client sends a heartbeat this often when idle
+LIVENESS_S = 3.0                   # a session silent this long is gone
+CALL_TIMEOUT_S = 10.0              # client waits this long for a non-ask answer

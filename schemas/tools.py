@@ -1,0 +1,151 @@
+"""JSON Schemas of the tool parameter sets, ready to hand to a model as tool definitions.
+
+``validate`` checks a parameter dict against one of them with the small subset of
+JSON Schema these use (type, enum, required, properties, additionalProperties,
+items, minLength, maxLength, maxItems, minimum, exclusiveMinimum, oneOf-by-required).
+It returns the first problem as a sentence, or None.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .limits import (ALT_TEXT_CHARS, MAX_ATTACHMENT_CHARS, MAX_ATTACHMENTS, MAX_GROUP_CHARS,
+                     MAX_MESSAGE_CHARS, MAX_TARGET_CHARS)
+
+INTERCOM_ACTIONS = ("list", "groups", "join", "leave", "send", "ask", "reply", "pending", "status")
+
+ATTACHMENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "enum": ["file", "snippet", "context"]},
+        "name": {"type": "string", "minLength": 1, "maxLength": 1024},
+        "content": {"type": "string", "maxLength": MAX_ATTACHMENT_CHARS},
+        "language": {"type": "string", "maxLength": 64},
+    },
+    "required": ["type", "name", "content"],
+    "additionalProperties": False,
+}
+
+INTERCOM_SCHEMA: dict[str, Any] = {
+    "title": "intercom",
+    "description": "Discover, message and ask other agent sessions on the Intercom bus.",
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": list(INTERCOM_ACTIONS)},
+        "to": {"type": "string", "minLength": 1, "maxLength": MAX_TARGET_CHARS,
+               "description": "Full session id, exact name, unique 8-hex id prefix, "
+                              "Atomic session id, or workflow:<runId>/<stage>[/...] path"},
+        "message": {"type": "string", "maxLength": MAX_MESSAGE_CHARS},
+        "attachments": {"type": "array", "maxItems": MAX_ATTACHMENTS, "items": ATTACHMENT_SCHEMA},
+        "replyTo": {"type": "string", "maxLength": 128,
+                    "description": "Exact message id or unique 8-hex prefix of an unresolved inbound ask"},
+        "group": {"type": "string", "maxLength": MAX_GROUP_CHARS},
+        "timeout": {"type": "number", "exclusiveMinimum": 0,
+                    "description": "ask only: seconds to wait for the reply (default 600)"},
+    },
+    "required": ["action"],
+    "additionalProperties": False,
+}
+
+RESPOND_SCHEMA: dict[str, Any] = {
+    "title": "respond",
+    "description": "Post this agent's output to a channel (a session of the same agent).",
+    "type": "object",
+    "properties": {
+        "content": {"type": "string", "maxLength": MAX_MESSAGE_CHARS},
+        "draft": {"type": "string", "minLength": 1, "maxLength": 128},
+        "channel": {"type": "string", "minLength": 1, "maxLength": MAX_TARGET_CHARS},
+        "attachments": {"type": "array", "maxItems": MAX_ATTACHMENTS, "items": {
+            "type": "object",
+            "properties": {"path": {"type": "string", "minLength": 1, "maxLength": 4096},
+                           "altText": {"type": "string", "maxLength": ALT_TEXT_CHARS}},
+            "required": ["path"], "additionalProperties": False}},
+        "final": {"type": "boolean"},
+    },
+    "oneOf": [{"required": ["content"]}, {"required": ["draft"]}],
+    "additionalProperties": False,
+}
+
+INVOKE_SCHEMA: dict[str, Any] = {
+    "title": "invoke",
+    "description": "Queue a turn in another existing session of the same agent.",
+    "type": "object",
+    "properties": {
+        "session": {"type": "string", "minLength": 1, "maxLength": MAX_TARGET_CHARS},
+        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE_CHARS},
+    },
+    "required": ["session", "reason"],
+    "additionalProperties": False,
+}
+
+TOOL_SCHEMAS = {"intercom": INTERCOM_SCHEMA, "respond": RESPOND_SCHEMA, "invoke": INVOKE_SCHEMA}
+
+_TYPES = {
+    "object": dict, "array": list, "string": str, "boolean": bool,
+}
+
+
+def _type_ok(expected: str, value: Any) -> bool:
+    if expected == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, _TYPES[expected])
+
+
+def validate(schema: dict[str, Any], value: Any, where: str = "") -> str | None:
+    """Return the first way ``value`` breaks ``schema``, as a sentence, or None."""
+    label = where or "parameters"
+    expected = schema.get("type")
+    if expected and not _type_ok(expected, value):
+        return f"{label} must be of type {expected}"
+    if "enum" in schema and value not in schema["enum"]:
+        options = ", ".join(repr(o) for o in schema["enum"])
+        return f"{label} must be one of {options}"
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0):
+            return f"{label} must not be empty"
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            return f"{label} exceeds {schema['maxLength']} characters"
+    if _type_ok("number", value):
+        if "exclusiveMinimum" in schema and not value > schema["exclusiveMinimum"]:
+            return f"{label} must be greater than {schema['exclusiveMinimum']}"
+        if "minimum" in schema and value < schema["minimum"]:
+            return f"{label} must be at least {schema['minimum']}"
+    if isinstance(value, list):
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            return f"{label} has more than {schema['maxItems']} items"
+        items = schema.get("items")
+        if items:
+            for index, item in enumerate(value):
+                problem = validate(items, item, f"{label}[{index}]")
+                if problem:
+                    return problem
+    if isinstance(value, dict):
+        return _validate_object(schema, value, where)
+    return None
+
+
+def _validate_object(schema: dict[str, Any], value: dict, where: str) -> str | None:
+    props = schema.get("properties", {})
+    prefix = f"{where}." if where else ""
+    for key in value:
+        if not isinstance(key, str):
+            return f"{where or 'parameters'} keys must be strings"
+        if key not in props and schema.get("additionalProperties", True) is False:
+            return f"unknown parameter {prefix}{key!r}"
+    for key in schema.get("required", ()):
+        if key not in value:
+            return f"missing required parameter {prefix}{key!r}"
+    if "oneOf" in schema:
+        matches = sum(all(k in value for k in alt.get("required", ())) for alt in schema["oneOf"])
+        if matches != 1:
+            names = " or ".join(repr(alt["required"][0]) for alt in schema["oneOf"])
+            return f"supply exactly one of {names}"
+    for key, sub in props.items():
+        if key in value:
+            problem = validate(sub, value[key], f"{prefix}{key}")
+            if problem:
+                return problem
+    return None
