@@ -21,7 +21,7 @@ from schemas.groups import env_group, resolve_home_group
 from schemas.limits import CALL_TIMEOUT_S
 from schemas.paths import router_endpoint
 from schemas.protocol import SESSION_KINDS, envelope
-from schemas.tools import INTERCOM_SCHEMA, validate
+from schemas.tools import intercom_params_problem
 
 from .render import render_body
 from .transport import Transport
@@ -146,9 +146,9 @@ class Session:
 
     def intercom(self, **params: Any) -> dict[str, Any]:
         """Run one intercom tool call; returns the JSON-ready result dict."""
-        problem = validate(INTERCOM_SCHEMA, params)
+        problem = intercom_params_problem(params)
         if problem:
-            return error_reply("invalid_params", detail=problem)
+            return error_reply(problem[0], **problem[1])
         action = params["action"]
         timeout = params.pop("timeout", None) if action == "ask" else None
         if "timeout" in params:

@@ -149,3 +149,20 @@ def _validate_object(schema: dict[str, Any], value: dict, where: str) -> str | N
             if problem:
                 return problem
     return None
+
+
+def intercom_params_problem(params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """Check intercom parameters; return (error code, text fields) for the first problem.
+
+    Attachment problems get their own code and the attachment's index.
+    """
+    attachments = params.get("attachments")
+    if isinstance(attachments, list):
+        for index, item in enumerate(attachments[:MAX_ATTACHMENTS]):
+            problem = validate(ATTACHMENT_SCHEMA, item, "attachment")
+            if problem:
+                return "invalid_attachment", {"index": index, "detail": problem}
+    problem = validate(INTERCOM_SCHEMA, params)
+    if problem:
+        return "invalid_params", {"detail": problem}
+    return None

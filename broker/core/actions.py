@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.errors import BusError
 from schemas.groups import clean_group
-from schemas.tools import INTERCOM_SCHEMA, validate
+from schemas.tools import INTERCOM_SCHEMA, intercom_params_problem
 
 from .presence import membership_changed
 from .sessions import Session
@@ -27,12 +27,12 @@ _ENVELOPE = frozenset({"v", "k", "id", "currentTurn"})
 def tool_params(env: dict) -> dict[str, Any]:
     """The intercom parameters of a call envelope, checked against the tool schema.
 
-    Raises BusError(invalid_params).
+    Raises BusError(invalid_params | invalid_attachment).
     """
     params = {k: v for k, v in env.items() if k not in _ENVELOPE}
-    problem = validate(INTERCOM_SCHEMA, params)
+    problem = intercom_params_problem(params)
     if problem:
-        raise BusError("invalid_params", detail=problem)
+        raise BusError(problem[0], **problem[1])
     return params
 
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.errors import BusError
 from schemas.protocol import envelope
-from schemas.tools import ATTACHMENT_SCHEMA, validate
 
 from .actions import tool_params
 from .commands import Send
@@ -19,19 +18,6 @@ from .targeting import resolve_session
 
 if TYPE_CHECKING:
     from .engine import Engine
-
-
-def check_attachments(value: Any) -> list[dict]:
-    """Validated attachments, order and duplicates kept. Raises BusError(invalid_attachment)."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise BusError("invalid_params", detail="attachments must be an array")
-    for index, item in enumerate(value):
-        problem = validate(ATTACHMENT_SCHEMA, item, "attachment")
-        if problem:
-            raise BusError("invalid_attachment", index=index, detail=problem)
-    return value
 
 
 class Messaging:
@@ -72,7 +58,7 @@ class Messaging:
 
     @staticmethod
     def _message_params(action: str, params: dict) -> tuple[str, str, list[dict]]:
-        attachments = check_attachments(params.get("attachments"))
+        attachments = params.get("attachments") or []
         to = params.get("to")
         if not to:
             raise BusError("missing_param", action=action, param="to")

@@ -53,7 +53,7 @@ def resolve_session(registry: Registry, caller: Session, to: str) -> Session:
         if found is not None:
             return found
 
-    if _ID_FRAGMENT.fullmatch(to) and len(to) != 36:
+    if _ID_FRAGMENT.fullmatch(to) and len(to) != 36 and not _PREFIX.fullmatch(lowered):
         raise BusError("invalid_target", to=to)
     raise BusError("target_not_found", to=to)
 

@@ -1,0 +1,90 @@
+"""Shared fixtures: a real broker process on ipc sockets in a short tmp dir."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class BrokerProcess:
+    proc: subprocess.Popen
+    data_dir: Path
+    endpoint: str
+    pub_endpoint: str
+    db: Path
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+def start_broker(data_dir: Path, *extra: str, env: dict | None = None) -> BrokerProcess:
+    """Start ``python -m broker`` on ipc sockets inside ``data_dir``."""
+    endpoint = f"ipc://{data_dir}/broker.sock"
+    pub = f"ipc://{data_dir}/presence.sock"
+    log = data_dir / f"broker-{len(list(data_dir.glob('broker-*.log')))}.log"
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(data_dir))
+    full_env.update(env or {})
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "broker", "--data-dir", str(data_dir), "--endpoint", endpoint,
+             "--pub-endpoint", pub, *extra],
+            cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
+    return BrokerProcess(proc, data_dir, endpoint, pub, data_dir / "intercom.db", log)
+
+
+@pytest.fixture
+def short_tmp():
+    """A short directory under /tmp: ipc paths must stay under ~100 characters."""
+    path = Path(tempfile.mkdtemp(prefix="ic-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def broker(short_tmp):
+    """A running broker process; stopped by its own PID afterwards."""
+    proc = start_broker(short_tmp)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def connect(broker):
+    """Open sessions on the fixture broker; all are closed afterwards."""
+    from client import Client
+
+    opened = []
+
+    def _connect(name: str, **kwargs):
+        session = Client.connect(name=name, endpoint=broker.endpoint, timeout=15, **kwargs)
+        opened.append(session)
+        return session
+
+    yield _connect
+    for session in opened:
+        session.close()

@@ -1,0 +1,68 @@
+"""A driver for the sans-IO engine: a fake clock and helpers that read like the tool."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from broker.core import Engine, Limits, Persist, Publish, Send
+from schemas.protocol import envelope
+
+
+def uuid_from(n: int) -> str:
+    """Deterministic UUID-shaped ids whose 8-hex prefixes are distinct and readable."""
+    return f"{n:08x}-0000-4000-8000-{n:012x}"
+
+
+class Bus:
+    def __init__(self, **limits: Any) -> None:
+        ids = itertools.count(0xA0000001)
+        tokens = itertools.count(1)
+        self.engine = Engine(broker_id="test", limits=Limits(**limits),
+                             new_id=lambda: uuid_from(next(ids)),
+                             new_token=lambda: f"token-{next(tokens)}")
+        self.now = 1000.0
+        self._ids = itertools.count(1)
+        self.last: list = []
+
+    def advance(self, seconds: float) -> list:
+        self.now += seconds
+        self.last = self.engine.tick(self.now)
+        return self.last
+
+    def feed(self, identity: bytes, env: Any) -> list:
+        self.last = self.engine.receive(identity, env, self.now)
+        return self.last
+
+    def hello(self, name: str, identity: bytes | None = None, **fields: Any) -> dict:
+        identity = identity or name.encode()
+        msg_id = f"h{next(self._ids)}"
+        out = self.feed(identity, envelope("hello", id=msg_id, name=name, **fields))
+        return result_for(out, identity, msg_id)
+
+    def call(self, identity: bytes, action: str, msg_id: str | None = None, **params: Any) -> dict:
+        msg_id = msg_id or f"c{next(self._ids)}"
+        out = self.feed(identity, envelope("call", id=msg_id, action=action, **params))
+        return result_for(out, identity, msg_id)
+
+    def sends(self, identity: bytes, kind: str | None = None) -> list[dict]:
+        return [c.env for c in self.last if isinstance(c, Send) and c.identity == identity
+                and (kind is None or c.env["k"] == kind)]
+
+    def events(self, identity: bytes) -> list[tuple[str, str]]:
+        """(event, session name) pairs sent in-band to ``identity`` by the last input."""
+        return [(e["event"], e["session"]["name"]) for e in self.sends(identity, "event")]
+
+    def published(self) -> list[tuple[str, str, str]]:
+        return [(c.topic, c.env["event"], c.env["session"]["name"])
+                for c in self.last if isinstance(c, Publish)]
+
+    def persisted_ops(self) -> list[tuple]:
+        return [c.op for c in self.last if isinstance(c, Persist)]
+
+
+def result_for(out: list, identity: bytes, msg_id: str) -> dict:
+    matches = [c.env for c in out if isinstance(c, Send) and c.identity == identity
+               and c.env.get("k") == "result" and c.env.get("re") == msg_id]
+    assert len(matches) == 1, f"expected one result for {msg_id}, got {matches}"
+    return {k: v for k, v in matches[0].items() if k not in ("v", "k", "re")}

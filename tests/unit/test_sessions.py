@@ -1,0 +1,251 @@
+"""Sessions, groups and presence, driven through the engine with a fake clock."""
+
+from broker.core import Send
+from schemas.groups import resolve_home_group
+from schemas.protocol import envelope
+
+from .harness import Bus, uuid_from
+
+
+def test_hello_welcomes_with_id_token_and_default_group():
+    bus = Bus()
+    welcome = bus.hello("alice")
+    assert welcome["ok"] is True
+    assert welcome["sessionId"] == uuid_from(0xA0000001)
+    assert welcome["groups"] == ["default"] and welcome["homeGroup"] == "default"
+    assert welcome["token"]
+
+
+def test_hello_records_identity_for_restarts():
+    bus = Bus()
+    bus.hello("alice", atomicSessionId="atomic-1")
+    (op,) = bus.persisted_ops()
+    assert op[0] == "identity" and op[1] == uuid_from(0xA0000001) and op[2] == "atomic-1"
+
+
+def test_connecting_session_is_announced_to_peers_and_on_pub_only():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("bob")
+    assert bus.events(b"alice") == [("session_joined", "bob")]
+    assert bus.events(b"bob") == []
+    assert bus.published() == [("default", "session_joined", "bob")]
+
+
+def test_list_shows_self_and_sessions_sharing_a_membership():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("bob")
+    bus.hello("carol", group="elsewhere")
+    result = bus.call(b"alice", "list")
+    assert result["self"]["name"] == "alice"
+    assert [row["name"] for row in result["sessions"]] == ["bob"]
+
+
+def test_list_with_group_is_a_read_only_view_of_that_group():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("carol", group="elsewhere")
+    result = bus.call(b"alice", "list", group="elsewhere")
+    assert [row["name"] for row in result["sessions"]] == ["carol"]
+    assert bus.call(b"alice", "status")["groups"] == ["default"]
+
+
+def test_groups_lists_counts_and_membership_markers():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("bob")
+    bus.hello("carol", group="ops")
+    result = bus.call(b"alice", "groups")
+    assert result["groups"] == [
+        {"name": "default", "sessions": 2, "member": True},
+        {"name": "ops", "sessions": 1, "member": False},
+    ]
+
+
+def test_join_trims_creates_and_reports_all_memberships():
+    bus = Bus()
+    bus.hello("alice")
+    result = bus.call(b"alice", "join", group="  api-review ")
+    assert result["ok"] and result["groups"] == ["default", "api-review"]
+    assert bus.published() == [("api-review", "session_joined", "alice")]
+
+
+def test_join_of_reserved_names_is_refused():
+    bus = Bus()
+    bus.hello("alice")
+    for name in ("true", "auto", " AUTO "):
+        result = bus.call(b"alice", "join", group=name)
+        assert result["code"] == "reserved_group"
+    assert bus.call(b"alice", "join", group="  ")["code"] == "invalid_group"
+    assert bus.call(b"alice", "join")["code"] == "missing_param"
+
+
+def test_join_makes_both_sides_visible_and_tells_both():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("carol", group="ops")
+    bus.call(b"alice", "join", group="ops")
+    assert bus.events(b"carol") == [("session_joined", "alice")]
+    assert bus.events(b"alice") == [("session_joined", "carol")]
+
+
+def test_join_tells_peers_who_already_saw_the_session_with_an_update():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("bob")
+    bus.call(b"alice", "join", group="ops")
+    assert bus.events(b"bob") == [("presence_update", "alice")]
+
+
+def test_leave_with_group_removes_only_that_membership():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("carol", group="ops")
+    bus.call(b"alice", "join", group="ops")
+    bus.call(b"alice", "join", group="docs")
+    result = bus.call(b"alice", "leave", group="ops")
+    assert result["groups"] == ["default", "docs"]
+    assert bus.events(b"carol") == [("session_left", "alice")]
+    assert bus.events(b"alice") == [("session_left", "carol")]
+
+
+def test_bare_leave_resets_to_the_home_group():
+    bus = Bus()
+    bus.hello("alice", group="home")
+    bus.call(b"alice", "join", group="ops")
+    bus.call(b"alice", "leave", group="home")
+    result = bus.call(b"alice", "leave")
+    assert result["groups"] == ["home"]
+
+
+def test_leave_of_a_group_not_joined_or_of_the_last_group_is_refused():
+    bus = Bus()
+    bus.hello("alice")
+    assert bus.call(b"alice", "leave", group="ops")["code"] == "not_member"
+    assert bus.call(b"alice", "leave", group="default")["code"] == "last_group"
+
+
+def test_status_reports_memberships_visible_count_and_broker_state():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("bob")
+    bus.hello("carol", group="ops")
+    result = bus.call(b"alice", "status")
+    assert result["sessionId"] == uuid_from(0xA0000001)
+    assert result["groups"] == ["default"] and result["visibleSessions"] == 1
+    assert result["broker"] == {"id": "test", "routing": "single-node", "otherBrokersLive": 0}
+    assert bus.call(b"alice", "status", group="ops")["visibleSessions"] == 1
+
+
+def test_status_change_reaches_visible_peers_and_pub():
+    bus = Bus()
+    bus.hello("alice", statusSuffix="researching")
+    bus.hello("bob")
+    bus.hello("carol", group="ops")
+    bus.feed(b"alice", envelope("status", status="tool:grep"))
+    assert bus.events(b"bob") == [("presence_update", "alice")]
+    assert bus.events(b"carol") == []
+    assert bus.sends(b"bob")[0]["session"]["status"] == "tool:grep · researching"
+    assert bus.published() == [("default", "presence_update", "alice")]
+
+
+def test_invalid_status_is_refused():
+    bus = Bus()
+    bus.hello("alice")
+    out = bus.feed(b"alice", envelope("status", id="s1", status="sleeping"))
+    assert out[0].env["code"] == "invalid_status"
+
+
+def test_bye_removes_the_session_at_once_and_tells_peers():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("bob")
+    bus.feed(b"alice", envelope("bye"))
+    assert bus.events(b"bob") == [("session_left", "alice")]
+    assert bus.call(b"bob", "list")["sessions"] == []
+
+
+def test_silent_session_expires_after_liveness_and_peers_hear_it():
+    bus = Bus(liveness_s=3.0)
+    bus.hello("alice")
+    bus.hello("bob")
+    bus.advance(2.0)
+    bus.feed(b"bob", envelope("hb"))
+    bus.advance(1.5)
+    assert bus.events(b"bob") == [("session_left", "alice")]
+    assert bus.call(b"bob", "list")["sessions"] == []
+
+
+def test_heartbeat_is_answered():
+    bus = Bus()
+    bus.hello("alice")
+    out = bus.feed(b"alice", envelope("hb"))
+    assert out == [Send(b"alice", envelope("hb"))]
+
+
+def test_reconnect_with_token_keeps_id_and_memberships():
+    bus = Bus()
+    welcome = bus.hello("alice")
+    bus.call(b"alice", "join", group="ops")
+    again = bus.hello("alice", identity=b"alice-2", sessionId=welcome["sessionId"],
+                      token=welcome["token"])
+    assert again["sessionId"] == welcome["sessionId"]
+    assert again["groups"] == ["default", "ops"]
+    assert bus.call(b"alice-2", "status")["ok"]
+    assert bus.call(b"alice", "status")["code"] == "not_connected"
+
+
+def test_live_id_is_never_given_to_a_new_registration():
+    bus = Bus()
+    welcome = bus.hello("alice")
+    other = bus.hello("mallory", sessionId=welcome["sessionId"], token="guess")
+    assert other["sessionId"] != welcome["sessionId"]
+
+
+def test_remembered_id_goes_back_only_to_the_same_atomic_session():
+    bus = Bus()
+    welcome = bus.hello("alice", atomicSessionId="atomic-1")
+    bus.feed(b"alice", envelope("bye"))
+    stranger = bus.hello("mallory", sessionId=welcome["sessionId"], atomicSessionId="atomic-2")
+    assert stranger["sessionId"] != welcome["sessionId"]
+    bus.feed(b"mallory", envelope("bye"))
+    back = bus.hello("alice", identity=b"alice-3", sessionId=welcome["sessionId"],
+                     atomicSessionId="atomic-1")
+    assert back["sessionId"] == welcome["sessionId"]
+
+
+def test_reconnect_after_restart_restores_listed_memberships():
+    bus = Bus()
+    restored = bus.hello("alice", sessionId=uuid_from(7), homeGroup="home",
+                         groups=["ops", "docs"])
+    assert restored["sessionId"] == uuid_from(7)
+    assert restored["groups"] == ["ops", "docs"] and restored["homeGroup"] == "home"
+
+
+def test_child_inherits_the_launching_sessions_group():
+    bus = Bus()
+    parent = bus.hello("parent", group="team")
+    child = bus.hello("child", parent=parent["sessionId"], fallbackGroup="from-env")
+    assert child["homeGroup"] == "team" and child["parent"] == parent["sessionId"]
+
+
+def test_explicit_group_beats_inherited_and_fallback():
+    bus = Bus()
+    parent = bus.hello("parent", group="team")
+    child = bus.hello("child", parent=parent["sessionId"], group="solo", fallbackGroup="env")
+    assert child["homeGroup"] == "solo"
+
+
+def test_home_group_precedence_order():
+    assert resolve_home_group("x", "inherited", "env", "cfg") == "x"
+    assert resolve_home_group(None, "inherited", "env", "cfg") == "inherited"
+    assert resolve_home_group(None, None, "env", "cfg") == "env"
+    assert resolve_home_group(None, None, None, "cfg") == "cfg"
+    assert resolve_home_group(None, None, None, None) == "default"
+    assert resolve_home_group("  ", None, " env ", None) == "env"
+
+
+def test_session_name_must_be_non_empty():
+    bus = Bus()
+    assert bus.hello("  ")["code"] == "invalid_name"

@@ -1,0 +1,113 @@
+"""Live send and target resolution rules."""
+
+from .harness import Bus, uuid_from
+
+ALICE, BOB = uuid_from(0xA0000001), uuid_from(0xA0000002)
+
+
+def two_sessions(**bob_fields):
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("Bob", **bob_fields)
+    return bus
+
+
+def test_send_by_full_id_delivers_and_answers_delivered():
+    bus = two_sessions()
+    result = bus.call(b"alice", "send", msg_id="m1", to=BOB, message="hi")
+    assert result == {"ok": True, "delivered": True, "to": BOB, "toName": "Bob", "messageId": "m1"}
+    (msg,) = bus.sends(b"Bob", "msg")
+    assert msg["id"] == "m1" and msg["from"] == ALICE and msg["fromName"] == "alice"
+    assert msg["message"] == "hi" and msg["attachments"] == [] and msg["expectsReply"] is False
+    assert msg["sentAt"] == bus.now
+
+
+def test_send_by_case_insensitive_name():
+    bus = two_sessions()
+    assert bus.call(b"alice", "send", to="bOB", message="hi")["to"] == BOB
+
+
+def test_send_by_unique_8_hex_prefix():
+    bus = two_sessions()
+    assert bus.call(b"alice", "send", to=BOB[:8], message="hi")["to"] == BOB
+    assert bus.call(b"alice", "send", to=BOB[:8].upper(), message="hi")["to"] == BOB
+
+
+def test_other_truncations_are_rejected():
+    bus = two_sessions()
+    for to in (BOB[:6], BOB[:12], BOB[:35]):
+        assert bus.call(b"alice", "send", to=to, message="hi")["code"] == "invalid_target"
+
+
+def test_send_by_atomic_session_id_when_exactly_one_visible_session_holds_it():
+    bus = two_sessions(atomicSessionId="resume-42")
+    assert bus.call(b"alice", "send", to="resume-42", message="hi")["to"] == BOB
+
+
+def test_atomic_session_id_shared_by_two_visible_sessions_is_ambiguous():
+    bus = two_sessions(atomicSessionId="resume-42")
+    bus.hello("carol", atomicSessionId="resume-42")
+    assert bus.call(b"alice", "send", to="resume-42", message="hi")["code"] == "ambiguous_target"
+
+
+def test_exact_name_wins_over_atomic_session_id():
+    bus = two_sessions(atomicSessionId="carol")
+    bus.hello("carol")
+    result = bus.call(b"alice", "send", to="carol", message="hi")
+    assert result["toName"] == "carol"
+
+
+def test_self_send_is_refused_by_id_name_and_prefix():
+    bus = two_sessions()
+    for to in (ALICE, "ALICE", ALICE[:8]):
+        result = bus.call(b"alice", "send", to=to, message="hi")
+        assert result["code"] == "self_target", to
+        assert result["error"] == "Cannot message the current session"
+
+
+def test_ambiguous_name_lists_only_visible_candidates():
+    bus = two_sessions()
+    bus.hello("bob", identity=b"bob-2")
+    bus.hello("bob", identity=b"bob-hidden", group="secret")
+    result = bus.call(b"alice", "send", to="bob", message="hi")
+    assert result["code"] == "ambiguous_target"
+    assert BOB in result["error"] and uuid_from(0xA0000003) in result["error"]
+    assert uuid_from(0xA0000004) not in result["error"]
+
+
+def test_full_id_in_a_non_intersecting_group_is_refused_with_the_spec_text():
+    bus = two_sessions(group="other")
+    result = bus.call(b"alice", "send", to=BOB, message="hi")
+    assert result["code"] == "different_group"
+    assert result["error"] == "Target session is in a different intercom group"
+    assert bus.sends(b"Bob", "msg") == []
+
+
+def test_names_and_prefixes_in_other_groups_are_not_found():
+    bus = two_sessions(group="other")
+    assert bus.call(b"alice", "send", to="bob", message="hi")["code"] == "target_not_found"
+    assert bus.call(b"alice", "send", to=BOB[:8], message="hi")["code"] == "target_not_found"
+
+
+def test_send_needs_to_and_message():
+    bus = two_sessions()
+    assert bus.call(b"alice", "send", message="hi")["code"] == "missing_param"
+    assert bus.call(b"alice", "send", to="bob")["code"] == "missing_param"
+
+
+def test_attachments_are_validated_and_kept_in_order_with_duplicates():
+    bus = two_sessions()
+    files = [{"type": "file", "name": "a.py", "content": "x"},
+             {"type": "snippet", "name": "a.py", "content": "x", "language": "python"},
+             {"type": "file", "name": "a.py", "content": "x"}]
+    assert bus.call(b"alice", "send", to="bob", message="see", attachments=files)["ok"]
+    assert bus.sends(b"Bob", "msg")[0]["attachments"] == files
+    bad = [{"type": "image", "name": "a", "content": "x"}]
+    assert bus.call(b"alice", "send", to="bob", message="m", attachments=bad)["code"] == "invalid_attachment"
+    missing = [{"type": "file", "name": "a"}]
+    assert bus.call(b"alice", "send", to="bob", message="m", attachments=missing)["code"] == "invalid_attachment"
+
+
+def test_unknown_target_is_not_found():
+    bus = two_sessions()
+    assert bus.call(b"alice", "send", to="nobody", message="hi")["code"] == "target_not_found"
