@@ -67,6 +67,8 @@ class Session:
         self._inbox: queue.Queue[dict] = queue.Queue()
         self._events: queue.Queue[dict] = queue.Queue()
         self._current: dict | None = None
+        self._asks_waiting = 0
+        self._supervisor_waiting = False
         self._welcome: Future = Future()
         self._closed = False
         self._lock = threading.Lock()
@@ -153,16 +155,58 @@ class Session:
         timeout = params.pop("timeout", None) if action == "ask" else None
         if "timeout" in params:
             return error_reply("invalid_params", detail="timeout applies to ask only")
-        if self.config.confirmSend and action in ("send", "ask") and self.confirm is not None:
+        if (self.config.confirmSend and self.confirm is not None and action in ("send", "ask")
+                and "replyTo" not in params):
             if not self.confirm(dict(params)):
                 return error_reply("confirmation_declined")
         if action == "ask":
-            timeout = float(timeout or self.config.askTimeout)
-            params["timeout"] = timeout
-            return self._call("call", params, timeout + _ASK_MARGIN_S)
+            return self._ask("call", params, timeout)
         if action == "reply" and self._current is not None:
             params.setdefault("currentTurn", self._current.get("id"))
         return self._call("call", params)
+
+    def _ask(self, kind: str, fields: dict, timeout: float | None) -> dict[str, Any]:
+        """Block until the reply, within this session's pending-ask limit."""
+        timeout = float(timeout or self.config.askTimeout)
+        fields["timeout"] = timeout
+        limit = self.config.maxPendingAsks
+        with self._lock:
+            if kind == "call" and self._asks_waiting >= limit:
+                return error_reply("too_many_asks", limit=limit)
+            if kind == "supervisor":
+                if self._supervisor_waiting:
+                    return error_reply("supervisor_busy")
+                self._supervisor_waiting = True
+            else:
+                self._asks_waiting += 1
+        try:
+            return self._call(kind, fields, timeout + _ASK_MARGIN_S)
+        finally:
+            with self._lock:
+                if kind == "supervisor":
+                    self._supervisor_waiting = False
+                else:
+                    self._asks_waiting -= 1
+
+    def contact_supervisor(self, message: str, attachments: list | None = None,
+                           timeout: float | None = None) -> dict[str, Any]:
+        """Ask the session that launched this one and wait for its reply.
+
+        Works across groups: the broker recorded the relationship at connect. One such
+        wait at a time; it may run beside ordinary asks.
+        """
+        fields: dict[str, Any] = {"action": "ask", "message": message}
+        if attachments is not None:
+            fields["attachments"] = attachments
+        problem = intercom_params_problem(fields)
+        if problem:
+            return error_reply(problem[0], **problem[1])
+        del fields["action"]
+        return self._ask("supervisor", fields, timeout)
+
+    def mark_terminal(self) -> dict[str, Any]:
+        """Declare that this session can no longer answer asks (a finished child)."""
+        return self._call("status", {"replyCapability": "terminal"})
 
     def _call(self, kind: str, fields: dict, timeout: float = CALL_TIMEOUT_S) -> dict[str, Any]:
         if self._closed:

@@ -80,7 +80,6 @@ _TABLE = [
     # -- peer ----------------------------------------------------------------------
     ErrorSpec("ask_timeout", "peer", "No reply within {timeout_s:g} s"),
     ErrorSpec("peer_disconnected", "peer", "{name} disconnected before replying"),
-    ErrorSpec("peer_terminal", "peer", "{name} became terminal before replying"),
     ErrorSpec("broker_unavailable", "peer", "Broker did not answer within {timeout_s:g} s"),
     ErrorSpec("session_closed", "peer", "The session is closed"),
     ErrorSpec("internal_error", "peer", "Internal broker error; the request was not applied"),

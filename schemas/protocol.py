@@ -13,6 +13,7 @@ Client to broker (``CLIENT_KINDS``):
 ``status``     lifecycle status: ``idle``, ``thinking`` or ``tool:<name>``.
 ``hb``         heartbeat; the broker answers ``hb``.
 ``bye``        close the session now.
+``supervisor`` ask the launching session (message, attachments, timeout), across groups.
 ``workflow``   a workflow host operation (``op``: register_run, stage_state, end_run).
 ``received``   receipt for a delivered message (sticky-delivery bookkeeping).
 
@@ -34,7 +35,7 @@ import msgpack
 from .errors import BusError
 from .limits import MAX_BATCH, MAX_FRAME_BYTES, PROTOCOL_VERSION
 
-CLIENT_KINDS = frozenset({"hello", "call", "status", "hb", "bye", "workflow", "received"})
+CLIENT_KINDS = frozenset({"hello", "call", "status", "hb", "bye", "supervisor", "workflow", "received"})
 BROKER_KINDS = frozenset({"welcome", "result", "msg", "event", "hb"})
 
 PRESENCE_EVENTS = ("session_joined", "session_left", "presence_update")

@@ -91,6 +91,7 @@ class Engine:
         # persisted hooks, disconnect hooks.
         from . import actions, messaging  # noqa: PLC0415  (avoid an import cycle)
         self.actions: dict[str, Callable[..., dict | None]] = {}
+        self.kinds_extra: dict[str, Callable[..., None]] = {}
         self.on_disconnect: list[Callable[[Session, str, float], None]] = []
         self.on_tick: list[Callable[[float], None]] = []
         self.on_persisted: dict[int, tuple[Callable[[float], None], Callable[[float], None] | None]] = {}
@@ -206,7 +207,7 @@ class Engine:
             if kind == "hello":
                 self._hello(identity, session, env, now)
                 return
-            handler = _KINDS.get(kind) if isinstance(kind, str) else None
+            handler = (_KINDS.get(kind) or self.kinds_extra.get(kind)) if isinstance(kind, str) else None
             if handler is None:
                 raise BusError("unknown_kind", kind=kind)
             if session is None:

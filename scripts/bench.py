@@ -1,0 +1,981 @@
+#!/usr/bin/env python3
+"""Benchmarks of the Intercom bus against raw pyzmq baselines on the same machine.
+
+    python3 scripts/bench.py            # full run (< 3 minutes)
+    python3 scripts/bench.py --quick    # about 30 seconds
+    python3 scripts/bench.py --only latency --repeats 5 --json out.json
+    python3 scripts/bench.py --profile-broker /tmp/broker.prof
+
+Every figure of ours is printed beside a raw ZeroMQ figure measured in the same run,
+because the machine (2 cores, shared) is noisy and only ratios travel.
+
+Sections (``SECTIONS``; run in order, select with ``--only``):
+
+``throughput``  live ``send`` msgs/s at one receiver, 1 and N sender processes.
+                Baseline: a ROUTER forwarder process in the fast form (plain
+                ``recv()``/``send(frame, flags)`` with precomputed int flags, a msgpack
+                decode per message to read the destination, poll once then drain with
+                NOBLOCK) between DEALER senders and one DEALER receiver.
+                Ours: ``python -m broker`` with sender sessions using the pipelined
+                ``session.send_nowait`` (bounded window of outstanding futures) and a
+                receiver session counting ``session.receive``; plus the blocking
+                ``session.intercom(action="send")`` rate for one sender.
+``latency``     p50/p99 of ``session.intercom(action="list")`` with a handful of
+                sessions connected, beside one raw DEALER->ROUTER->DEALER echo round
+                trip through the same forwarder process.
+
+Mechanics. Every measuring process is a fresh interpreter running this file with
+``--role NAME --role-args JSON`` (``ROLES``). A role prints JSON lines on stdout:
+``{"event": "ready", ...}`` once it is set up, then (senders) waits for ``go`` on
+stdin, and ends with ``{"event": "result", ...}`` or ``{"event": "error", ...}``.
+The parent (:class:`Harness`) starts every process itself, remembers its PID, and
+stops each one by PID (SIGTERM, then SIGKILL) in a ``finally``; children also get
+PR_SET_PDEATHSIG so none outlives a killed parent. Sockets are ipc endpoints in a
+fresh /tmp directory that is removed at the end.
+
+Timing. Senders first send a warm-up share, then their measured share; the receiver
+starts its clock at the first message after the total warm-up count and stops it at
+the last one, so rates are steady-state receive rates. Runs are interleaved
+(baseline, ours, baseline, ours, ...) so a noisy neighbour hits both sides alike;
+tables show medians over ``--repeats`` runs with min-max spread.
+
+Adding a section: write ``section_x(h, cfg, results)`` that starts what it needs via
+``h.spawn_role``/``h.start_broker``/``h.start_forwarder``, calls ``results.add(...)``,
+and register it in ``SECTIONS``; new process kinds go in ``ROLES``. (Planned:
+ask/reply round trip vs a raw DEALER->ROUTER->DEALER relay; durable enqueue vs a raw
+apsw insert loop.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+SCRIPT = Path(__file__).resolve()
+ROOT = SCRIPT.parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+MESSAGE_BYTES = 100
+HWM = 100_000                  # same high-water marks as broker and client use
+BASELINE_DRAIN = 512           # frames per poll in the raw forwarder (broker: DRAIN_LIMIT)
+
+
+# =====================================================================================
+# Configuration
+# =====================================================================================
+
+@dataclass
+class Config:
+    quick: bool
+    count: int                 # measured messages per throughput run (all senders)
+    warm: int                  # warm-up messages per throughput run (all senders)
+    senders: list[int]         # sender process counts to measure
+    window: int                # outstanding send_nowait futures per sender
+    blocking_count: int        # measured messages of the blocking-send line
+    latency_n: int             # measured round trips per latency probe
+    latency_warm: int
+    latency_sessions: int      # sessions connected during the list probe
+    repeats: int
+    run_timeout_s: float
+    profile_broker: Path | None = None
+
+
+def make_config(args: argparse.Namespace) -> Config:
+    quick = args.quick
+    cfg = Config(
+        quick=quick,
+        count=args.count or (20_000 if quick else 100_000),
+        warm=0,
+        senders=[int(s) for s in args.senders.split(",")],
+        window=args.window,
+        blocking_count=2_000 if quick else 5_000,
+        latency_n=1_000 if quick else 3_000,
+        latency_warm=200 if quick else 500,
+        latency_sessions=5,
+        repeats=args.repeats or (1 if quick else 3),
+        run_timeout_s=60.0 if quick else 90.0,
+        profile_broker=args.profile_broker,
+    )
+    cfg.warm = max(2_000, cfg.count // 10)
+    return cfg
+
+
+# =====================================================================================
+# Results and the table printer
+# =====================================================================================
+
+@dataclass
+class Row:
+    section: str
+    label: str
+    unit: str                           # "msg/s" or "us"
+    ours: list[float]                   # one value per repeat
+    base: list[float] | None = None     # same-run baseline values, if any
+    base_label: str = ""
+    target: float | None = None         # minimum ours/base ratio (higher-is-better rows)
+    note: str = ""
+
+    @property
+    def ours_mid(self) -> float:
+        return statistics.median(self.ours)
+
+    @property
+    def base_mid(self) -> float | None:
+        return statistics.median(self.base) if self.base else None
+
+    @property
+    def ratio(self) -> float | None:
+        base = self.base_mid
+        return self.ours_mid / base if base else None
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self.extra: dict[str, Any] = {}     # raw per-run data, for --json
+
+    def add(self, row: Row) -> Row:
+        self.rows.append(row)
+        return row
+
+    def to_json(self) -> dict:
+        return {
+            "rows": [dict(section=r.section, label=r.label, unit=r.unit, ours=r.ours,
+                          base=r.base, base_label=r.base_label, ratio=r.ratio,
+                          target=r.target, note=r.note) for r in self.rows],
+            "extra": self.extra,
+        }
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "us":
+        return f"{value:,.0f} us"
+    return f"{value:,.0f} {unit}"
+
+
+def _spread(values: list[float] | None, unit: str) -> str:
+    if not values or len(values) < 2:
+        return ""
+    scale = "" if unit != "msg/s" else "k"
+    div = 1000.0 if scale else 1.0
+    return f"{min(values) / div:,.0f}-{max(values) / div:,.0f}{scale}"
+
+
+def print_table(results: Results, out=sys.stdout) -> None:
+    headers = ["measurement", "ours", "(spread)", "baseline", "(spread)", "ours/base",
+               "target", ""]
+    lines = []
+    for r in results.rows:
+        ratio = r.ratio
+        verdict = ""
+        if r.target is not None and ratio is not None:
+            verdict = "ok" if ratio >= r.target else "BELOW"
+        lines.append([
+            r.label, _fmt(r.ours_mid, r.unit), _spread(r.ours, r.unit),
+            _fmt(r.base_mid, r.unit) if r.base else "-", _spread(r.base, r.unit),
+            f"{ratio:.2f}" if ratio is not None else "-",
+            f">= {r.target:.2f}" if r.target is not None else "", verdict,
+        ])
+    widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h)
+              for i, h in enumerate(headers)]
+    align = ["<", ">", ">", ">", ">", ">", ">", "<"]
+
+    def fmt_line(cells):
+        return "  ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths)).rstrip()
+
+    print(fmt_line(headers), file=out)
+    print("  ".join("-" * w for w in widths), file=out)
+    section = None
+    for r, cells in zip(results.rows, lines):
+        if section is not None and r.section != section:
+            print(file=out)
+        section = r.section
+        print(fmt_line(cells), file=out)
+    notes = [(r.label, r.base_label, r.note) for r in results.rows if r.base_label or r.note]
+    if notes:
+        print(file=out)
+        for label, base_label, note in notes:
+            parts = [p for p in (f"baseline = {base_label}" if base_label else "", note) if p]
+            print(f"  {label}: {'; '.join(parts)}", file=out)
+
+
+# =====================================================================================
+# Process harness (parent side)
+# =====================================================================================
+
+def _pdeathsig() -> None:
+    """In the child before exec: die with SIGTERM when the parent dies (Linux)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class RoleError(RuntimeError):
+    pass
+
+
+class Proc:
+    """A child process we started; JSON lines from its stdout arrive on ``events``."""
+
+    def __init__(self, name: str, popen: subprocess.Popen, log: Path) -> None:
+        self.name = name
+        self.popen = popen
+        self.log = log
+        self.events: queue.Queue[dict] = queue.Queue()
+        if popen.stdout is not None:
+            threading.Thread(target=self._read, daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def _read(self) -> None:
+        for raw in self.popen.stdout:
+            line = raw.decode(errors="replace").strip()
+            if line.startswith("{"):
+                try:
+                    self.events.put(json.loads(line))
+                    continue
+                except ValueError:
+                    pass
+            if line:
+                self.events.put({"event": "output", "line": line})
+        self.events.put({"event": "eof"})
+
+    def expect(self, event: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RoleError(f"{self.name} (pid {self.pid}): no {event!r} within {timeout:g} s"
+                                f"{self._tail()}")
+            try:
+                msg = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            kind = msg.get("event")
+            if kind == event:
+                return msg
+            if kind == "error":
+                raise RoleError(f"{self.name} (pid {self.pid}) failed:\n{msg.get('error')}")
+            if kind == "eof":
+                self.popen.wait(5)
+                raise RoleError(f"{self.name} (pid {self.pid}) exited with "
+                                f"{self.popen.returncode} before {event!r}{self._tail()}")
+
+    def tell(self, line: str) -> None:
+        try:
+            self.popen.stdin.write(line.encode() + b"\n")
+            self.popen.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _tail(self) -> str:
+        try:
+            text = self.log.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+        return f"\n--- {self.log} (tail) ---\n{text}" if text.strip() else ""
+
+
+@dataclass
+class Endpoints:
+    router: str
+    pub: str = ""
+    data_dir: Path | None = None
+
+
+class Harness:
+    """Owns the tmp dir and every process of the run; ``close`` stops them by PID."""
+
+    def __init__(self, keep: bool = False) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="icb-", dir="/tmp"))
+        self.keep = keep
+        self.procs: list[Proc] = []
+        self._seq = 0
+        self.env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(self.dir),
+                        PYTHONDONTWRITEBYTECODE="1")
+        for var in ("ATOMIC_INTERCOM_GROUP", "PI_INTERCOM_GROUP"):
+            self.env.pop(var, None)
+
+    def _next(self, prefix: str) -> str:
+        self._seq += 1
+        return f"{prefix}{self._seq}"
+
+    # -- starting -------------------------------------------------------------------------
+
+    def spawn(self, name: str, argv: list[str], *, pipes: bool = True) -> Proc:
+        log = self.dir / f"{self._next(name + '-')}.log"
+        with open(log, "wb") as log_file:
+            popen = subprocess.Popen(
+                argv, cwd=ROOT, env=self.env, preexec_fn=_pdeathsig,
+                stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if pipes else log_file,
+                stderr=log_file if pipes else subprocess.STDOUT)
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def spawn_role(self, role: str, **args: Any) -> Proc:
+        return self.spawn(role, [sys.executable, str(SCRIPT), "--role", role,
+                                 "--role-args", json.dumps(args)])
+
+    def start_forwarder(self) -> tuple[Proc, Endpoints]:
+        ep = Endpoints(router=f"ipc://{self.dir}/{self._next('fwd')}.sock")
+        proc = self.spawn_role("raw_forwarder", endpoint=ep.router)
+        proc.expect("ready", 20)
+        return proc, ep
+
+    def start_broker(self, profile: Path | None = None, *extra: str) -> tuple[Proc, Endpoints]:
+        data = self.dir / self._next("b")
+        data.mkdir()
+        ep = Endpoints(router=f"ipc://{data}/broker.sock", pub=f"ipc://{data}/presence.sock",
+                       data_dir=data)
+        prefix = [sys.executable]
+        if profile is not None:
+            prefix += ["-m", "cProfile", "-o", str(profile)]
+        argv = prefix + ["-m", "broker", "--data-dir", str(data), "--endpoint", ep.router,
+                         "--pub-endpoint", ep.pub, "--log-level", "info", *extra]
+        proc = self.spawn("broker", argv, pipes=False)
+        sock = Path(ep.router[len("ipc://"):])
+        deadline = time.monotonic() + 20
+        while not sock.exists():
+            if proc.popen.poll() is not None:
+                raise RoleError(f"broker exited with {proc.popen.returncode}{proc._tail()}")
+            if time.monotonic() > deadline:
+                raise RoleError(f"broker did not bind {ep.router}{proc._tail()}")
+            time.sleep(0.02)
+        return proc, ep
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def stop(self, proc: Proc, timeout: float = 10.0) -> int | None:
+        popen = proc.popen
+        if popen.poll() is None:
+            try:
+                os.kill(popen.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(popen.pid, signal.SIGKILL)
+                popen.wait(5)
+        for stream in (popen.stdin, popen.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        if proc in self.procs:
+            self.procs.remove(proc)
+        return popen.returncode
+
+    def reap(self, procs: list[Proc], timeout: float = 10.0) -> None:
+        """Let processes that are done exit by themselves; stop the rest."""
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            try:
+                proc.popen.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            self.stop(proc)
+
+    def close(self) -> None:
+        for proc in reversed(list(self.procs)):
+            try:
+                self.stop(proc)
+            except Exception as exc:   # keep stopping the others
+                print(f"bench: could not stop {proc.name} pid {proc.pid}: {exc}", file=sys.stderr)
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def broker_stats(proc: Proc) -> dict:
+    """The counters the broker logs when it stops (``broker_stopping``)."""
+    try:
+        for line in proc.log.read_text(errors="replace").splitlines():
+            if '"broker_stopping"' in line:
+                return json.loads(line)
+    except (OSError, ValueError):
+        pass
+    return {}
+
+
+# =====================================================================================
+# Roles (child side): each runs in a fresh interpreter
+# =====================================================================================
+
+def emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def wait_go() -> None:
+    line = sys.stdin.readline()
+    if line.strip() != "go":
+        raise SystemExit(0)   # parent gone or aborted
+
+
+def percentiles(samples_ns: list[int]) -> dict:
+    s = sorted(samples_ns)
+    n = len(s)
+
+    def pick(q: float) -> float:
+        return s[min(n - 1, int(q * n))] / 1000.0
+
+    return {"n": n, "p50_us": pick(0.50), "p90_us": pick(0.90), "p99_us": pick(0.99),
+            "mean_us": sum(s) / n / 1000.0, "min_us": s[0] / 1000.0}
+
+
+class Counter:
+    """Receiver-side clock: starts after ``warm`` messages, stops at ``warm + count``."""
+
+    def __init__(self, warm: int, count: int) -> None:
+        self.warm = warm
+        self.total = warm + count
+        self.n = 0
+        self.t0 = self.t1 = None
+
+    def hit(self, k: int = 1) -> bool:
+        self.n += k
+        if self.t0 is None and self.n >= self.warm:
+            self.t0 = time.perf_counter()
+            self.n0 = self.n
+        if self.n >= self.total:
+            self.t1 = time.perf_counter()
+            return True
+        return False
+
+    def result(self) -> dict:
+        complete = self.t1 is not None
+        t1 = self.t1 if complete else getattr(self, "t_last", None)
+        if self.t0 is None or t1 is None or t1 <= self.t0:
+            return {"received": self.n, "complete": False, "rate": 0.0}
+        measured = self.n - self.n0
+        return {"received": self.n, "complete": complete, "measured": measured,
+                "elapsed_s": t1 - self.t0, "rate": measured / (t1 - self.t0)}
+
+
+def role_raw_forwarder(endpoint: str) -> None:
+    """The fast-form ROUTER forwarder: route each message by its msgpack ``to``."""
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    router.sndhwm = HWM
+    router.rcvhwm = HWM
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    router.bind(endpoint)
+    poller = zmq.Poller()
+    poller.register(router, zmq.POLLIN)
+    emit("ready", pid=os.getpid())
+    recv, send, unpackb = router.recv, router.send, msgpack.unpackb
+    noblock = int(zmq.NOBLOCK)
+    sndmore_noblock = int(zmq.SNDMORE | zmq.NOBLOCK)
+    again = zmq.Again
+    dropped = 0
+    while True:
+        if not poller.poll(1000):
+            continue
+        for _ in range(BASELINE_DRAIN):
+            try:
+                recv(noblock)             # sender identity (not forwarded)
+            except again:
+                break
+            frame = recv()
+            to = unpackb(frame)["to"]
+            try:
+                send(to, sndmore_noblock)
+                send(frame, noblock)
+            except (again, zmq.ZMQError):
+                dropped += 1
+
+
+def role_raw_receiver(endpoint: str, identity: str, warm: int, count: int,
+                      timeout_s: float, idle_s: float = 10.0) -> None:
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.rcvhwm = HWM
+    sock.identity = identity.encode()
+    sock.connect(endpoint)
+    # Make sure the forwarder knows our identity before anyone sends to us.
+    sock.rcvtimeo = 200
+    for _ in range(100):
+        sock.send(msgpack.packb({"to": sock.identity, "m": "hello"}))
+        try:
+            sock.recv()
+            break
+        except zmq.Again:
+            continue
+    else:
+        raise RuntimeError("forwarder did not echo the receiver's hello")
+    while True:                      # drop stray hello echoes
+        try:
+            sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            break
+    emit("ready", pid=os.getpid())
+    sock.rcvtimeo = int(idle_s * 1000)
+    counter = Counter(warm, count)
+    recv, unpackb = sock.recv, msgpack.unpackb
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            frame = recv()
+        except zmq.Again:
+            break
+        unpackb(frame)
+        counter.t_last = time.perf_counter()
+        if counter.hit():
+            break
+    emit("result", **counter.result())
+    sock.close()
+    ctx.term()
+
+
+def role_raw_sender(endpoint: str, to: str, warm: int, count: int, size: int) -> None:
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 5000
+    sock.sndhwm = HWM
+    sock.connect(endpoint)
+    text = "x" * size
+    dest = to.encode()
+    send, packb = sock.send, msgpack.packb
+    emit("ready", pid=os.getpid())
+    wait_go()
+    t0 = time.perf_counter()
+    for i in range(warm + count):
+        send(packb({"to": dest, "id": i, "m": text}))
+    elapsed = time.perf_counter() - t0
+    emit("result", sent=warm + count, send_rate=(warm + count) / elapsed)
+    sock.close()
+    ctx.term()
+
+
+def _connect(name: str, endpoint: str):
+    from client import Client
+
+    return Client.connect(name=name, endpoint=endpoint, timeout=20)
+
+
+def role_bus_receiver(endpoint: str, warm: int, count: int, timeout_s: float,
+                      idle_s: float = 10.0) -> None:
+    session = _connect("bench-recv", endpoint)
+    try:
+        emit("ready", pid=os.getpid(), session_id=session.id)
+        counter = Counter(warm, count)
+        receive = session.receive
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = receive(idle_s)
+            if msg is None:
+                break
+            counter.t_last = time.perf_counter()
+            if counter.hit():
+                break
+        emit("result", **counter.result())
+    finally:
+        session.close()
+
+
+def role_bus_sender(endpoint: str, to: str, warm: int, count: int, size: int,
+                    mode: str, window: int) -> None:
+    from collections import deque
+
+    session = _connect(f"bench-send-{os.getpid()}", endpoint)
+    text = "x" * size
+    errors: dict[str, int] = {}
+    try:
+        emit("ready", pid=os.getpid(), session_id=session.id)
+        wait_go()
+        total = warm + count
+        t0 = time.perf_counter()
+        if mode == "pipelined":
+            pending: deque = deque()
+            send_nowait = session.send_nowait
+            for _ in range(total):
+                if len(pending) >= window:
+                    result = pending.popleft().result(30)
+                    if not result.get("ok"):
+                        errors[result.get("code", "?")] = errors.get(result.get("code", "?"), 0) + 1
+                pending.append(send_nowait(to, text))
+            while pending:
+                result = pending.popleft().result(30)
+                if not result.get("ok"):
+                    errors[result.get("code", "?")] = errors.get(result.get("code", "?"), 0) + 1
+        else:
+            intercom = session.intercom
+            for _ in range(total):
+                result = intercom(action="send", to=to, message=text)
+                if not result.get("ok"):
+                    errors[result.get("code", "?")] = errors.get(result.get("code", "?"), 0) + 1
+        elapsed = time.perf_counter() - t0
+        emit("result", sent=total, send_rate=total / elapsed, errors=errors)
+    finally:
+        session.close()
+
+
+def role_raw_echo_probe(endpoint: str, n: int, warm: int) -> None:
+    """One DEALER->ROUTER->DEALER round trip per sample, through the raw forwarder."""
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.identity = f"probe-{os.getpid()}".encode()
+    sock.connect(endpoint)
+    frame = msgpack.packb({"to": sock.identity, "m": "x" * MESSAGE_BYTES})
+    sock.rcvtimeo = 200
+    for _ in range(100):               # until the forwarder knows us
+        sock.send(frame)
+        try:
+            sock.recv()
+            break
+        except zmq.Again:
+            continue
+    sock.rcvtimeo = 5000
+    while True:
+        try:
+            sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            break
+    emit("ready", pid=os.getpid())
+    samples = []
+    clock = time.perf_counter_ns
+    for i in range(warm + n):
+        t = clock()
+        sock.send(frame)
+        msgpack.unpackb(sock.recv())
+        if i >= warm:
+            samples.append(clock() - t)
+    emit("result", **percentiles(samples))
+    sock.close()
+    ctx.term()
+
+
+def role_bus_list_probe(endpoint: str, n: int, warm: int, sessions: int) -> None:
+    """``intercom(action="list")`` round trips with ``sessions`` sessions connected."""
+    others = [_connect(f"bench-idle-{i}", endpoint) for i in range(sessions - 1)]
+    probe = _connect("bench-probe", endpoint)
+    try:
+        emit("ready", pid=os.getpid())
+        samples = []
+        clock = time.perf_counter_ns
+        seen = None
+        for i in range(warm + n):
+            t = clock()
+            result = probe.intercom(action="list")
+            dt = clock() - t
+            if not result.get("ok"):
+                raise RuntimeError(f"list failed: {result}")
+            seen = len(result["sessions"])
+            if i >= warm:
+                samples.append(dt)
+        emit("result", visible=seen, **percentiles(samples))
+    finally:
+        for s in [probe, *others]:
+            s.close()
+
+
+ROLES: dict[str, Callable[..., None]] = {
+    "raw_forwarder": role_raw_forwarder,
+    "raw_receiver": role_raw_receiver,
+    "raw_sender": role_raw_sender,
+    "raw_echo_probe": role_raw_echo_probe,
+    "bus_receiver": role_bus_receiver,
+    "bus_sender": role_bus_sender,
+    "bus_list_probe": role_bus_list_probe,
+}
+
+
+def run_role(name: str, args_json: str) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        ROLES[name](**json.loads(args_json))
+        return 0
+    except SystemExit:
+        raise
+    except BaseException:
+        emit("error", error=traceback.format_exc())
+        return 1
+
+
+# =====================================================================================
+# Measurements (parent side)
+# =====================================================================================
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def _drive(h: Harness, receiver: Proc, senders: list[Proc], timeout: float) -> tuple[dict, list[dict]]:
+    """Senders are ready: say go, collect results, make sure all of them are gone."""
+    try:
+        for s in senders:
+            s.expect("ready", 30)
+        for s in senders:
+            s.tell("go")
+        result = receiver.expect("result", timeout)
+        sent = [s.expect("result", 60) for s in senders]
+        return result, sent
+    finally:
+        h.reap([receiver, *senders], timeout=10)
+
+
+def measure_raw_throughput(h: Harness, ep: Endpoints, n_senders: int, cfg: Config) -> dict:
+    identity = h._next("recv-")
+    receiver = h.spawn_role("raw_receiver", endpoint=ep.router, identity=identity,
+                            warm=cfg.warm, count=cfg.count, timeout_s=cfg.run_timeout_s)
+    senders: list[Proc] = []
+    try:
+        receiver.expect("ready", 30)
+        for warm, count in zip(_split(cfg.warm, n_senders), _split(cfg.count, n_senders)):
+            senders.append(h.spawn_role("raw_sender", endpoint=ep.router, to=identity,
+                                        warm=warm, count=count, size=MESSAGE_BYTES))
+    except BaseException:
+        h.reap([receiver, *senders], timeout=0)
+        raise
+    result, sent = _drive(h, receiver, senders, cfg.run_timeout_s + 15)
+    result["senders"] = sent
+    return result
+
+
+def measure_bus_throughput(h: Harness, ep: Endpoints, n_senders: int, cfg: Config, *,
+                           mode: str = "pipelined", count: int | None = None,
+                           warm: int | None = None) -> dict:
+    count = count or cfg.count
+    warm = cfg.warm if warm is None else warm
+    receiver = h.spawn_role("bus_receiver", endpoint=ep.router, warm=warm, count=count,
+                            timeout_s=cfg.run_timeout_s)
+    senders: list[Proc] = []
+    try:
+        to = receiver.expect("ready", 30)["session_id"]
+        for w, c in zip(_split(warm, n_senders), _split(count, n_senders)):
+            senders.append(h.spawn_role("bus_sender", endpoint=ep.router, to=to, warm=w,
+                                        count=c, size=MESSAGE_BYTES, mode=mode,
+                                        window=cfg.window))
+    except BaseException:
+        h.reap([receiver, *senders], timeout=0)
+        raise
+    result, sent = _drive(h, receiver, senders, cfg.run_timeout_s + 15)
+    result["senders"] = sent
+    return result
+
+
+def measure_probe(h: Harness, role: str, **args: Any) -> dict:
+    proc = h.spawn_role(role, **args)
+    try:
+        proc.expect("ready", 60)
+        return proc.expect("result", 120)
+    finally:
+        h.reap([proc], timeout=10)
+
+
+def _log_run(label: str, result: dict) -> None:
+    extra = ""
+    errors: dict[str, int] = {}
+    for s in result.get("senders", []):
+        for code, k in (s.get("errors") or {}).items():
+            errors[code] = errors.get(code, 0) + k
+    if result.get("senders"):
+        rates = ", ".join(f"{s['send_rate'] / 1000:.0f}k" for s in result["senders"])
+        extra = f"  (sender-side send rates: {rates})"
+    if errors:
+        extra += f"  ERRORS {errors}"
+    if not result.get("complete", True):
+        extra += f"  INCOMPLETE: received {result.get('received')}"
+    print(f"  {label:<34} {result.get('rate', 0):>10,.0f} msg/s{extra}", flush=True)
+
+
+# =====================================================================================
+# Sections
+# =====================================================================================
+
+def section_throughput(h: Harness, cfg: Config, results: Results) -> None:
+    print(f"throughput: {cfg.count:,} measured + {cfg.warm:,} warm-up messages of "
+          f"{MESSAGE_BYTES} bytes per run, window {cfg.window}, {cfg.repeats} repeat(s)",
+          flush=True)
+    fwd, raw_ep = h.start_forwarder()
+    broker, bus_ep = h.start_broker(cfg.profile_broker)
+    runs: dict[str, list[dict]] = {}
+    try:
+        for rep in range(cfg.repeats):
+            for n in cfg.senders:
+                raw = measure_raw_throughput(h, raw_ep, n, cfg)
+                _log_run(f"[{rep + 1}] raw forwarder, {n} sender(s)", raw)
+                runs.setdefault(f"raw{n}", []).append(raw)
+                bus = measure_bus_throughput(h, bus_ep, n, cfg)
+                _log_run(f"[{rep + 1}] broker send_nowait, {n} sender(s)", bus)
+                runs.setdefault(f"bus{n}", []).append(bus)
+            blocking = measure_bus_throughput(h, bus_ep, 1, cfg, mode="blocking",
+                                              count=cfg.blocking_count,
+                                              warm=max(200, cfg.blocking_count // 10))
+            _log_run(f"[{rep + 1}] broker blocking intercom, 1 sender", blocking)
+            runs.setdefault("blocking1", []).append(blocking)
+    finally:
+        h.stop(fwd)
+        h.stop(broker, timeout=30)
+    stats = broker_stats(broker)
+    results.extra["throughput"] = runs
+    results.extra["broker_stats_throughput"] = stats
+
+    def rates(key: str) -> list[float]:
+        return [r["rate"] for r in runs[key]]
+
+    for n in cfg.senders:
+        results.add(Row("throughput", f"live send, {n} sender(s)", "msg/s", rates(f"bus{n}"),
+                        rates(f"raw{n}"), base_label=f"raw ROUTER forwarder, {n} DEALER sender(s)"
+                        if n == cfg.senders[0] else "", target=0.70))
+    results.add(Row("throughput", "blocking intercom send, 1 sender", "msg/s",
+                    rates("blocking1"),
+                    note="one broker round trip per message (secondary line, no baseline)"))
+    drops = {k: v for k, v in stats.items() if k.startswith(("dropped", "refused", "internal"))}
+    if stats:
+        print(f"  broker counters: frames_in={stats.get('frames_in')} "
+              f"frames_out={stats.get('frames_out')} {drops or 'no drops/refusals'}", flush=True)
+
+
+def section_latency(h: Harness, cfg: Config, results: Results) -> None:
+    print(f"latency: {cfg.latency_n:,} round trips after {cfg.latency_warm} warm-up, "
+          f"{cfg.latency_sessions} sessions connected for list, {cfg.repeats} repeat(s)",
+          flush=True)
+    fwd, raw_ep = h.start_forwarder()
+    broker, bus_ep = h.start_broker()
+    echo: list[dict] = []
+    lists: list[dict] = []
+    try:
+        for rep in range(cfg.repeats):
+            e = measure_probe(h, "raw_echo_probe", endpoint=raw_ep.router, n=cfg.latency_n,
+                              warm=cfg.latency_warm)
+            echo.append(e)
+            print(f"  [{rep + 1}] raw DEALER->ROUTER->DEALER echo  p50 {e['p50_us']:7.0f} us"
+                  f"  p99 {e['p99_us']:7.0f} us", flush=True)
+            li = measure_probe(h, "bus_list_probe", endpoint=bus_ep.router, n=cfg.latency_n,
+                               warm=cfg.latency_warm, sessions=cfg.latency_sessions)
+            lists.append(li)
+            print(f"  [{rep + 1}] intercom list ({li['visible']} visible)    p50 "
+                  f"{li['p50_us']:7.0f} us  p99 {li['p99_us']:7.0f} us", flush=True)
+    finally:
+        h.stop(fwd)
+        h.stop(broker, timeout=30)
+    results.extra["latency"] = {"echo": echo, "list": lists}
+    results.add(Row("latency", "list round trip p50", "us", [r["p50_us"] for r in lists],
+                    [r["p50_us"] for r in echo], base_label="raw DEALER->ROUTER->DEALER echo "
+                    "(same forwarder), p50 / p99; ratio = how many times slower"))
+    results.add(Row("latency", "list round trip p99", "us", [r["p99_us"] for r in lists],
+                    [r["p99_us"] for r in echo]))
+
+
+SECTIONS: dict[str, Callable[[Harness, Config, Results], None]] = {
+    "throughput": section_throughput,
+    "latency": section_latency,
+}
+
+
+# =====================================================================================
+# Main
+# =====================================================================================
+
+def environment() -> str:
+    import zmq
+    try:
+        load = open("/proc/loadavg").read().split()[:3]
+    except OSError:
+        load = ["?"]
+    return (f"python {sys.version.split()[0]}, pyzmq {zmq.__version__}, libzmq "
+            f"{zmq.zmq_version()}, {os.cpu_count()} cores, loadavg {' '.join(load)}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="short run (about 30 s)")
+    p.add_argument("--only", help=f"comma-separated sections: {', '.join(SECTIONS)}")
+    p.add_argument("--repeats", type=int, help="runs per measurement (default 3, quick 1)")
+    p.add_argument("--count", type=int, help="measured messages per throughput run")
+    p.add_argument("--senders", default="1,4", help="sender process counts (default 1,4)")
+    p.add_argument("--window", type=int, default=2000,
+                   help="outstanding send_nowait futures per sender (default 2000)")
+    p.add_argument("--profile-broker", type=Path, metavar="FILE",
+                   help="run the throughput broker under cProfile, write stats to FILE")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write raw results as JSON")
+    p.add_argument("--keep", action="store_true", help="keep the tmp dir (logs) afterwards")
+    p.add_argument("--role", help=argparse.SUPPRESS)
+    p.add_argument("--role-args", default="{}", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.role:
+        return run_role(args.role, args.role_args)
+    cfg = make_config(args)
+    names = args.only.split(",") if args.only else list(SECTIONS)
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:
+        print(f"bench: unknown section(s) {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    # SIGTERM must unwind through the finally blocks that stop our processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    print(f"Intercom bus benchmark ({'quick' if cfg.quick else 'full'}): {environment()}",
+          flush=True)
+    results = Results()
+    failed = False
+    started = time.monotonic()
+    h = Harness(keep=args.keep)
+    try:
+        for name in names:
+            try:
+                SECTIONS[name](h, cfg, results)
+            except RoleError as exc:
+                failed = True
+                print(f"bench: section {name} failed: {exc}", file=sys.stderr, flush=True)
+    finally:
+        h.close()
+        if args.keep:
+            print(f"logs kept in {h.dir}")
+    print(f"\nResults ({time.monotonic() - started:.0f} s; medians of {cfg.repeats} run(s); "
+          f"after: {environment().rsplit(', ', 1)[1]})\n")
+    print_table(results)
+    if cfg.profile_broker and cfg.profile_broker.exists():
+        import pstats
+        print(f"\nbroker profile ({cfg.profile_broker}), top functions by internal time:")
+        pstats.Stats(str(cfg.profile_broker)).sort_stats("tottime").print_stats(20)
+    if args.json:
+        args.json.write_text(json.dumps(results.to_json(), indent=1, default=str))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
