@@ -67,6 +67,8 @@ class Broker:
             identities = {sid: IdentityRecord(atomic, th) for sid, atomic, th in self.store.identities()}
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
                                  identities=identities)
+            self.engine.workflows.restore(self.store.runs(), self.store.sticky_entries(),
+                                          self.store.sticky_deliveries())
             self._bind()
         except Exception:
             self.close()

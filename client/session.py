@@ -47,6 +47,7 @@ class Session:
     def __init__(self, *, name: str, endpoint: str, group: str | None, agent: str | None,
                  atomic_session_id: str | None, kind: str, parent: str | None,
                  config: Config, session_id: str | None = None, stage: str | None = None,
+                 transcript: str | None = None, notify_undeliverable: bool = True,
                  confirm: Callable[[dict], bool] | None = None) -> None:
         self.name = name
         self.endpoint = endpoint
@@ -59,6 +60,8 @@ class Session:
         self._atomic = atomic_session_id
         self._parent = parent
         self._stage = stage
+        self._transcript = transcript
+        self._notify_undeliverable = notify_undeliverable
         self.id: str | None = session_id
         self.token: str | None = None
         self.home_group: str | None = None
@@ -82,6 +85,8 @@ class Session:
             "group": self._explicit_group, "fallbackGroup": self._fallback_group,
             "agent": self._agent, "atomicSessionId": self._atomic, "parent": self._parent,
             "stage": self._stage, "statusSuffix": self.config.status,
+            "transcript": self._transcript,
+            "notifyUndeliverable": self._notify_undeliverable,
         }
         if self.id is not None:
             fields.update(sessionId=self.id, token=self.token)
@@ -239,6 +244,9 @@ class Session:
         except queue.Empty:
             return None
         self._current = msg
+        if msg.get("ackRequired") and not self._closed:
+            # Taking the message is admission to this session's context: tell the broker.
+            self._transport.post(envelope("received", ids=[msg["id"]]))
         return msg
 
     def next_event(self, timeout: float | None = None) -> dict | None:
@@ -247,6 +255,31 @@ class Session:
             return self._events.get(timeout=timeout)
         except queue.Empty:
             return None
+
+    # -- workflow hosting ------------------------------------------------------------------
+
+    def register_run(self, run_id: str, stages: list[dict]) -> dict[str, Any]:
+        """Register a workflow run this session hosts, and join ``workflow:<run_id>``.
+
+        ``stages`` is a tree: each ``{"name", "id"?, "kind"?: "agent"|"prompt"|"tool"|"ui",
+        "state"?, "group"?, "intercom"?, "children"?: [...]}``. Registering again merges
+        new stages, or takes over a dormant run this session (or its Atomic session) hosted.
+        """
+        return self._call("workflow", {"op": "register_run", "runId": run_id, "stages": stages})
+
+    def add_stages(self, run_id: str, stages: list[dict], parent: str | None = None) -> dict[str, Any]:
+        """Materialize more stages (nested children under ``parent``, a stage path)."""
+        return self._call("workflow", {"op": "add_stages", "runId": run_id, "stages": stages,
+                                       "parent": parent})
+
+    def set_stage_state(self, run_id: str, stage: str, state: str) -> dict[str, Any]:
+        """Report a transition: PENDING, RUNNING, completed, failed or skipped."""
+        return self._call("workflow", {"op": "stage_state", "runId": run_id, "stage": stage,
+                                       "state": state})
+
+    def end_run(self, run_id: str) -> dict[str, Any]:
+        """The root run terminated: settle and drop its sticky entries."""
+        return self._call("workflow", {"op": "end_run", "runId": run_id})
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -265,6 +298,7 @@ class Client:
                 agent: str | None = None, atomic_session_id: str | None = None,
                 kind: str = "interactive", parent: str | Session | None = None, *,
                 session_id: str | None = None, stage: str | None = None,
+                transcript: str | None = None, notify_undeliverable: bool = True,
                 config: Config | None = None, config_path: str | None = None,
                 confirm: Callable[[dict], bool] | None = None,
                 timeout: float = CALL_TIMEOUT_S) -> Session:
@@ -272,7 +306,10 @@ class Client:
 
         ``session_id`` asks for a previous id back (granted when no live session holds
         it and, if the broker remembers its last holder, this is the same Atomic
-        session). Raises ConnectError when the broker refuses or does not answer, and
+        session). A workflow stage connects with ``kind="stage"`` and ``stage`` set to
+        its canonical path ``workflow:<runId>/<stage>[/<child>...]``; ``transcript``
+        names its conversation (the same one again means no duplicate pre-start
+        messages). Raises ConnectError when the broker refuses or does not answer, and
         ValueError for a bad ``kind``.
         """
         if kind not in SESSION_KINDS:
@@ -284,6 +321,7 @@ class Client:
         session = Session(name=name, endpoint=endpoint or router_endpoint(), group=group,
                           agent=agent, atomic_session_id=atomic_session_id, kind=kind,
                           parent=parent, config=config, session_id=session_id, stage=stage,
+                          transcript=transcript, notify_undeliverable=notify_undeliverable,
                           confirm=confirm)
         session._wait_welcome(timeout)
         return session

@@ -103,6 +103,8 @@ HELLO_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "token": (_OPT_STR, False),            # secret proving a previous hold of sessionId
     "stage": (_OPT_STR, False),            # canonical workflow path of a stage session
     "statusSuffix": (_OPT_STR, False),
+    "transcript": (_OPT_STR, False),       # a stage's transcript: same one = no duplicates
+    "notifyUndeliverable": ((bool, type(None)), False),
 }
 
 STATUS_FIELDS = {

@@ -51,7 +51,7 @@ def install(engine: Engine) -> None:
         result = {"self": session.public(), "sessions": [s.public() for s in rows]}
         if group is not None:
             result["group"] = group
-        result.update(engine.messaging.list_extras(session, group))
+        result.update(engine.workflows.list_extras(session))
         return result
 
     def list_groups(session: Session, env: dict, re: str, now: float) -> dict:
@@ -65,7 +65,7 @@ def install(engine: Engine) -> None:
         if "group" not in params:
             raise BusError("missing_param", action="join", param="group")
         group = clean_group(params["group"])
-        engine.messaging.check_join(session, group)
+        engine.workflows.check_join(session, group)
         if group not in session.groups:
             change_groups(engine, session, [*session.groups, group])
         return {"groups": list(session.groups), "joined": group}

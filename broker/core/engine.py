@@ -89,13 +89,14 @@ class Engine:
         self._next_ticket = 0
         # Subsystems register here: kind handlers, action handlers, tick and
         # persisted hooks, disconnect hooks.
-        from . import actions, messaging  # noqa: PLC0415  (avoid an import cycle)
+        from . import actions, messaging, workflow  # noqa: PLC0415  (avoid an import cycle)
         self.actions: dict[str, Callable[..., dict | None]] = {}
         self.kinds_extra: dict[str, Callable[..., None]] = {}
         self.on_disconnect: list[Callable[[Session, str, float], None]] = []
         self.on_tick: list[Callable[[float], None]] = []
         self.on_persisted: dict[int, tuple[Callable[[float], None], Callable[[float], None] | None]] = {}
         actions.install(self)
+        self.workflows = workflow.Workflows(self)
         self.messaging = messaging.Messaging(self)
 
     # -- inputs ----------------------------------------------------------------------
@@ -251,19 +252,24 @@ class Engine:
             return
 
         parent = self.registry.by_id.get(env.get("parent") or "")
-        home = env.get("homeGroup") or resolve_home_group(
-            explicit=env.get("group"),
-            inherited=parent.home_group if parent else None,
-            config=env.get("fallbackGroup"))
-        home = clean_group(home)
+        stage = None
+        if kind == "stage" and env.get("stage"):
+            home, run, node = self.workflows.stage_home(env)
+            stage = (run, node)
+        else:
+            home = clean_group(env.get("homeGroup") or resolve_home_group(
+                explicit=env.get("group"),
+                inherited=parent.home_group if parent else None,
+                config=env.get("fallbackGroup")))
         restore = env.get("groups")
         groups = [clean_group(g) for g in restore] if restore else [home]
         session = Session(
             id=self._grant_id(env), name=name, identity=identity, token=self.new_token(),
             home_group=home, groups=dict.fromkeys(groups), kind=kind,
             agent=env.get("agent"), atomic_session_id=env.get("atomicSessionId") or None,
-            parent_id=parent.id if parent else None, stage=env.get("stage"),
+            parent_id=parent.id if parent else None,
             status_suffix=env.get("statusSuffix"), connected_at=now, last_seen_at=now)
+        session.extra["notify_undeliverable"] = env.get("notifyUndeliverable", True) is not False
         self.registry.add(session)
         record = IdentityRecord(session.atomic_session_id, token_hash(session.token))
         self.identities[session.id] = record
@@ -273,6 +279,11 @@ class Engine:
                            connecting=True)
         self.stats["sessions.opened"] += 1
         self.reply(session, re, self._welcome(session))
+        if stage is not None:
+            # The welcome goes first; the retained entries follow before anything else.
+            transcript = env.get("transcript") or session.atomic_session_id or session.id
+            self.workflows.stage_started(session, *stage, transcript, now)
+        self.workflows.host_returned(session)
 
     def _reattach(self, session: Session, identity: bytes, env: dict, now: float) -> None:
         """The same client came back on a new connection: keep everything, move the route."""

@@ -30,6 +30,7 @@ from .actions import tool_params
 from .asks import Ask, AskTable
 from .commands import Send
 from .dedup import MessageIds, fingerprint
+from .paths import looks_like_path
 from .sessions import Session
 from .targeting import resolve_session
 
@@ -62,12 +63,6 @@ class Messaging:
         deadline = self.asks.next_deadline()
         return [] if deadline is None else [deadline]
 
-    def list_extras(self, session: Session, group: str | None) -> dict:
-        return {}
-
-    def check_join(self, session: Session, group: str) -> None:
-        return None
-
     def set_capability(self, session: Session, capability: str, now: float) -> None:
         session.reply_capability = capability
         if capability == "terminal":
@@ -83,9 +78,11 @@ class Messaging:
         params = tool_params(env)
         return self._once(session, "send", params, re, lambda: self._send(session, params, re, now))
 
-    def _send(self, session: Session, params: dict, re: str, now: float) -> dict:
+    def _send(self, session: Session, params: dict, re: str, now: float) -> dict | None:
         to, message, attachments = _message_params("send", params)
-        target = resolve_session(self.registry, session, to)
+        if looks_like_path(to):
+            return self.engine.workflows.send(session, params, re, now, message, attachments)
+        target = self._resolve(session, to)
         self.deliver(session, target, re, message, attachments, now,
                      reply_to=params.get("replyTo"))
         return {"delivered": True, "to": target.id, "toName": target.name, "messageId": re}
@@ -98,7 +95,10 @@ class Messaging:
 
     def _ask(self, session: Session, params: dict, re: str, now: float) -> None:
         to, message, attachments = _message_params("ask", params)
-        target = resolve_session(self.registry, session, to)
+        if looks_like_path(to):
+            target = self.engine.workflows.resolve_ask(session, to)
+        else:
+            target = self._resolve(session, to)
         self._open_ask(session, target, re, message, attachments, params.get("timeout"), now,
                        supervisor=False)
 
@@ -137,6 +137,17 @@ class Messaging:
         self.asks.open(ask)
         self.deliver(asker, target, ask_id, message, attachments, now, expects_reply=True,
                      supervisor=supervisor, timeout_s=timeout_s)
+
+    def _resolve(self, session: Session, to: str) -> Session:
+        """An ordinary (non-path) target; known non-agent nodes are refused."""
+        try:
+            target = resolve_session(self.registry, session, to)
+        except BusError as error:
+            if error.code == "target_not_found":
+                self.engine.workflows.refuse_non_agent(session, to, None)
+            raise
+        self.engine.workflows.refuse_non_agent(session, to, target)
+        return target
 
     # -- reply -------------------------------------------------------------------------
 
@@ -246,13 +257,17 @@ class Messaging:
             if value:
                 msg[_camel(key)] = value
         if not expects_reply:
-            recent = self.recent.get(target.id)
-            if recent is None:
-                recent = self.recent[target.id] = OrderedDict()
-            recent[msg_id] = sender.id
-            if len(recent) > RECENT_PER_SESSION:
-                recent.popitem(last=False)
+            self.remember(target, msg_id, sender)
         self.engine.out.append(Send(target.identity, msg))
+
+    def remember(self, target: Session, msg_id: str, sender: Session) -> None:
+        """Note an ordinary message ``target`` received, so it can reply to it."""
+        recent = self.recent.get(target.id)
+        if recent is None:
+            recent = self.recent[target.id] = OrderedDict()
+        recent[msg_id] = sender.id
+        if len(recent) > RECENT_PER_SESSION:
+            recent.popitem(last=False)
 
     # -- idempotence -----------------------------------------------------------------------
 

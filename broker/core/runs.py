@@ -1,0 +1,173 @@
+"""Workflow runs as the broker knows them: a tree of stage nodes per run.
+
+A host session registers a run (its stages, nested children, non-agent nodes) and
+reports stage transitions; stage sessions connect bound to a node's canonical path
+``workflow:<runId>/<stage>[/<child>...]``. This module holds that model and its
+(de)serialisation; authority and delivery live in :mod:`broker.core.workflow`.
+
+Invariants:
+
+* a node's canonical path uses display names; a segment of a target may spell a node
+  by its name or by its id (a nested run id, a stage id);
+* states only move forward: PENDING → RUNNING → completed | failed | skipped, or
+  PENDING straight to a terminal state; a terminal node never changes again;
+* non-agent nodes (``prompt``, ``tool``, ``ui``) never receive or queue messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from schemas.errors import BusError
+
+AGENT = "agent"
+NON_AGENT_KINDS = frozenset({"prompt", "tool", "ui"})
+NODE_KINDS = frozenset({AGENT}) | NON_AGENT_KINDS
+PENDING, RUNNING = "PENDING", "RUNNING"
+TERMINAL_STATES = frozenset({"completed", "failed", "skipped"})
+STATES = frozenset({PENDING, RUNNING}) | TERMINAL_STATES
+MAX_NODES_PER_RUN = 2000
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    name: str
+    id: str | None = None
+    kind: str = AGENT
+    state: str = PENDING
+    group: str | None = None          # None: the invocation group; "default": the escape
+    intercom: bool = True             # False: pre-start delivery is unavailable
+    children: list[Node] = field(default_factory=list)
+    parent: Node | None = None
+    session_id: str | None = None     # the live stage session, if any
+    transcript: str | None = None     # transcript of the latest stage session
+    started: bool = False             # a stage session has initialized at least once
+
+    @property
+    def is_agent(self) -> bool:
+        return self.kind == AGENT
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def spellings(self) -> frozenset[str]:
+        return frozenset(s for s in (self.name, self.id) if s)
+
+    def lineage(self) -> list[Node]:
+        chain, node = [], self
+        while node is not None:
+            chain.append(node)
+            node = node.parent
+        return chain[::-1]
+
+    def elements(self) -> list[frozenset[str]]:
+        return [n.spellings for n in self.lineage()]
+
+    def key(self) -> str:
+        return "/".join(n.name for n in self.lineage())
+
+    def record(self) -> dict[str, Any]:
+        return {"name": self.name, "id": self.id, "kind": self.kind, "state": self.state,
+                "group": self.group, "intercom": self.intercom, "started": self.started,
+                "transcript": self.transcript,
+                "children": [c.record() for c in self.children]}
+
+
+@dataclass(eq=False, slots=True)
+class Run:
+    run_id: str
+    host_id: str | None                # the live host session; None while dormant
+    host_atomic: str | None = None
+    last_host_id: str | None = None    # who hosted it last, to take it back after a restart
+    roots: list[Node] = field(default_factory=list)
+    created_at: float = 0.0
+
+    @property
+    def group(self) -> str:
+        return f"workflow:{self.run_id}"
+
+    @property
+    def dormant(self) -> bool:
+        return self.host_id is None
+
+    def nodes(self) -> Iterator[Node]:
+        stack = list(reversed(self.roots))
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
+
+    def canonical(self, node: Node) -> str:
+        return f"{self.group}/{node.key()}"
+
+    def node_by_key(self, key: str) -> Node | None:
+        return next((n for n in self.nodes() if n.key() == key), None)
+
+    def record(self) -> dict[str, Any]:
+        return {"runId": self.run_id, "host": self.host_id or self.last_host_id,
+                "hostAtomic": self.host_atomic,
+                "createdAt": self.created_at, "stages": [n.record() for n in self.roots]}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Run:
+        run = cls(record["runId"], None, record.get("hostAtomic"), record.get("host"),
+                  created_at=record.get("createdAt", 0.0))
+        run.roots = build_nodes(record.get("stages") or [], None, restoring=True)
+        return run
+
+
+def build_nodes(specs: Any, parent: Node | None, *, restoring: bool = False,
+                budget: list[int] | None = None) -> list[Node]:
+    """Nodes from a host's stage list. Raises BusError(invalid_params)."""
+    budget = budget if budget is not None else [MAX_NODES_PER_RUN]
+    if not isinstance(specs, list):
+        raise BusError("invalid_params", detail="stages must be an array")
+    nodes, names = [], set()
+    for spec in specs:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise BusError("invalid_params", detail=f"a run holds at most {MAX_NODES_PER_RUN} stages")
+        node = _node(spec, parent, restoring)
+        if node.name in names:
+            raise BusError("invalid_params", detail=f"duplicate stage name {node.name!r}")
+        names.add(node.name)
+        node.children = build_nodes(spec.get("children") or [], node, restoring=restoring,
+                                    budget=budget)
+        nodes.append(node)
+    return nodes
+
+
+def _node(spec: Any, parent: Node | None, restoring: bool) -> Node:
+    if not isinstance(spec, dict):
+        raise BusError("invalid_params", detail="each stage must be an object")
+    name, node_id = spec.get("name"), spec.get("id")
+    if not _segment_ok(name) or (node_id is not None and not _segment_ok(node_id)):
+        raise BusError("invalid_params", detail="stage name and id must be non-empty strings without '/' or '*'")
+    kind = spec.get("kind", AGENT)
+    if kind not in NODE_KINDS:
+        raise BusError("invalid_params", detail=f"stage kind must be one of {', '.join(sorted(NODE_KINDS))}")
+    state = spec.get("state", PENDING)
+    if state not in STATES:
+        raise BusError("invalid_params", detail=f"stage state must be one of {', '.join(sorted(STATES))}")
+    group = spec.get("group")
+    if group is not None and not (isinstance(group, str) and _segment_ok(group.strip())) \
+            and group is not True:
+        raise BusError("invalid_params", detail="stage group must be a name or true")
+    intercom = spec.get("intercom", True)
+    if not isinstance(intercom, bool):
+        raise BusError("invalid_params", detail="stage intercom must be a boolean")
+    node = Node(name=name, id=node_id, kind=kind, state=state,
+                group="true" if group is True else (group.strip() if group else None),
+                intercom=intercom, parent=parent)
+    if restoring:
+        node.started = bool(spec.get("started"))
+        node.transcript = spec.get("transcript")
+    return node
+
+
+def _segment_ok(value: Any) -> bool:
+    return (isinstance(value, str) and 0 < len(value) <= 128 and value.strip() == value
+            and "/" not in value and "*" not in value and value.isprintable())

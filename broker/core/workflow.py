@@ -1,0 +1,468 @@
+"""Workflow addressing: authority over runs, path targets, and sticky delivery.
+
+Authority is a relation the broker records, never a flag a client asserts. A session
+*controls* run R when it is a member of R's invocation group ``workflow:R`` and it is
+not a stage of some run whose home is elsewhere: a stage session controls only its
+own run, and only when it lives in the invocation group itself (not a subgroup).
+Control lets a session list, send to, queue for and ask the stages of R, including
+those isolated in R's subgroups; subgroup members see only their own subgroup.
+
+A ``send`` to a ``workflow:`` path reaches live matching stages at once; anything
+else it names (a pending or future stage, a name or a pattern) is kept as a sticky
+entry and answered ``queued`` only after the entry is committed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from schemas.errors import BusError
+from schemas.protocol import envelope
+
+from .commands import Send
+from .paths import WorkflowPath, looks_like_path, matches, parse_path
+from .runs import AGENT, RUNNING, STATES, TERMINAL_STATES, Node, Run, build_nodes
+from .sessions import Session
+from .sticky import ACKED, SENT, Entry, StickyQueues, delivery_state, entry_from_row, undeliverable_event
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+class Workflows:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.registry = engine.registry
+        self.runs: dict[str, Run] = {}
+        self.sticky = StickyQueues()
+        self._reserved: dict[tuple[str, WorkflowPath], int] = {}
+        engine.kinds_extra["workflow"] = self._on_workflow
+        engine.kinds_extra["received"] = self._on_received
+        engine.on_disconnect.append(self._session_gone)
+        self.registry.extra_visibility = self._controls_session
+
+    # -- restore after a restart -------------------------------------------------------
+
+    def restore(self, runs: list[dict], entries: list[tuple], deliveries: list[tuple]) -> None:
+        for record in runs:
+            run = Run.from_record(record)
+            self.runs[run.run_id] = run
+        for row in entries:
+            try:
+                target = parse_path(row[2])
+            except BusError:
+                continue
+            self.sticky.add(entry_from_row(row, target))
+        by_seq = {e.seq: e for run in self.sticky.by_run.values() for e in run.values()}
+        for seq, key, transcript, state in deliveries:
+            entry = by_seq.get(seq)
+            if entry is not None:
+                entry.deliveries[(key, transcript)] = state
+
+    # -- authority ---------------------------------------------------------------------
+
+    def controls(self, session: Session, run: Run) -> bool:
+        if run.group not in session.groups:
+            return False
+        own = session.extra.get("run_id")
+        return own is None or (own == run.run_id and session.home_group == run.group)
+
+    def _controls_session(self, viewer: Session, other: Session) -> bool:
+        """Extra visibility: invocation control reaches into the run's own subgroups."""
+        for group in other.groups:
+            if group.startswith("workflow:") and "/" in group:
+                run = self.runs.get(group[len("workflow:"):].split("/", 1)[0])
+                if run is not None and self.controls(viewer, run):
+                    return True
+        return False
+
+    def check_join(self, session: Session, group: str) -> None:
+        """Subgroups are joined only with control over their run."""
+        if group.startswith("workflow:") and "/" in group:
+            run = self.runs.get(group[len("workflow:"):].split("/", 1)[0])
+            if run is None or not self.controls(session, run):
+                raise BusError("workflow_different_group")
+
+    def _run_for(self, session: Session, path: WorkflowPath) -> Run:
+        run = self.runs.get(path.run_id)
+        if run is None:
+            if f"workflow:{path.run_id}" in session.groups:
+                raise BusError("unknown_run", run_id=path.run_id)
+            raise BusError("workflow_different_group")
+        if not self.controls(session, run):
+            raise BusError("workflow_different_group")
+        return run
+
+    # -- stage sessions --------------------------------------------------------------------
+
+    def stage_home(self, env: dict) -> tuple[str, Run, Node]:
+        """Home group and node of a connecting stage session. Raises BusError."""
+        path = parse_path(env["stage"])
+        if path.is_pattern:
+            raise BusError("invalid_path", to=env["stage"], detail="a stage binds to an exact path")
+        run = self.runs.get(path.run_id)
+        if run is None:
+            raise BusError("unknown_run", run_id=path.run_id)
+        node = self._node_at(run, path) or self._materialize(run, path)
+        group = env.get("group") or node.group
+        if group is None:
+            home = run.group
+        elif group == "default":
+            home = "default"
+        elif group in ("true", "auto"):
+            home = f"{run.group}/{node.name}"
+        else:
+            home = f"{run.group}/{group.strip()}"
+        return home, run, node
+
+    def stage_started(self, session: Session, run: Run, node: Node, transcript: str,
+                      now: float) -> None:
+        """Bind the session to its node and hand it the retained entries, FIFO."""
+        session.extra.update(run_id=run.run_id, node_key=node.key(), transcript=transcript)
+        session.stage = run.canonical(node)
+        node.session_id = session.id
+        node.transcript = transcript
+        node.started = True
+        if node.state == "PENDING":
+            node.state = RUNNING
+        self._save(run)
+        if not self._deliverable(node):
+            return
+        for entry in self.sticky.matching(run.run_id, node):
+            if entry.deliveries.get((node.key(), transcript)) != ACKED:
+                self._hand_over(entry, run, node, session, now, before_start=True)
+
+    def _session_gone(self, session: Session, reason: str, now: float) -> None:
+        run = self.runs.get(session.extra.get("run_id", ""))
+        if run is not None:
+            node = run.node_by_key(session.extra.get("node_key", ""))
+            if node is not None and node.session_id == session.id:
+                node.session_id = None
+        for run in self.runs.values():
+            if run.host_id == session.id:
+                run.last_host_id, run.host_id = session.id, None
+
+    def host_returned(self, session: Session) -> None:
+        """A host that reconnects (even to a restarted broker) takes its runs back."""
+        for run in self.runs.values():
+            if run.host_id is None and run.last_host_id == session.id:
+                run.host_id = session.id
+
+    # -- send / ask to paths ---------------------------------------------------------------
+
+    def send(self, session: Session, params: dict, re: str, now: float,
+             message: str, attachments: list) -> dict | None:
+        path = parse_path(params["to"])
+        run = self._run_for(session, path)
+        agents = self._agent_matches(run, path)
+        if not path.is_pattern and len(agents) == 1:
+            node = agents[0]
+            live = self._live_session(node)
+            if live is not None:
+                entry = Entry(0, run.run_id, path, session.id, session.name, re, message,
+                              attachments, now, False)
+                self._hand_over(entry, run, node, live, now, before_start=False, record=False)
+                return {"delivered": True, "to": live.id, "toName": live.name,
+                        "target": run.canonical(node), "messageId": re}
+        key = (run.run_id, path)
+        self.sticky.check_room(run.run_id, path, self._reserved.get(key, 0))
+        self._reserved[key] = self._reserved.get(key, 0) + 1
+        entry = Entry(self.sticky.allocate(), run.run_id, path, session.id, session.name, re,
+                      message, attachments, now, bool(session.extra.get("notify_undeliverable", True)))
+
+        def committed(at: float) -> None:
+            self._release(key)
+            self.sticky.add(entry)
+            delivered = []
+            for node in self._agent_matches(run, path):
+                live = self._live_session(node)
+                if live is not None and self._deliverable(node):
+                    self._hand_over(entry, run, node, live, at, before_start=False)
+                    delivered.append(live.id)
+            answer = {"queued": True, "position": self.sticky.count(run.run_id, path),
+                      "target": str(path), "runId": run.run_id, "deliveredTo": delivered}
+            if not agents:
+                answer["notInKnownSet"] = True
+            self._answer(session.id, re, answer)
+
+        def failed(at: float) -> None:
+            self._release(key)
+            self._answer(session.id, re, BusError("internal_error").reply())
+
+        self.engine.persist(entry.row(), committed, failed)
+        return None
+
+    def resolve_ask(self, session: Session, to: str) -> Session:
+        path = parse_path(to)
+        run = self._run_for(session, path)
+        if path.is_pattern:
+            raise BusError("pending_stage_ask_unsupported", to=to)
+        if run.dormant:
+            raise BusError("run_dormant", run_id=run.run_id)
+        agents = self._agent_matches(run, path)
+        live = [s for s in map(self._live_session, agents) if s is not None]
+        if len(live) > 1:
+            raise BusError("ambiguous_stage", to=to, candidates=", ".join(sorted(s.stage or s.id for s in live)))
+        if live:
+            if live[0] is session:
+                raise BusError("self_target")
+            return live[0]
+        raise BusError("pending_stage_ask_unsupported", to=to)
+
+    def refuse_non_agent(self, caller: Session, to: str, target: Session | None) -> None:
+        """Known non-agent ids, names and connections never receive messages."""
+        if target is not None:
+            run = self.runs.get(target.extra.get("run_id", ""))
+            node = run.node_by_key(target.extra.get("node_key", "")) if run else None
+            if node is not None and not node.is_agent:
+                raise BusError("non_agent_target", to=to)
+            return
+        for run in self.runs.values():
+            if run.group in caller.groups or self.controls(caller, run):
+                nodes = [n for n in run.nodes() if to in n.spellings]
+                if nodes and not any(n.is_agent for n in nodes):
+                    raise BusError("non_agent_target", to=to)
+
+    # -- list ------------------------------------------------------------------------------
+
+    def list_extras(self, session: Session) -> dict:
+        rows = [self._run_row(run) for run in self.runs.values() if self.controls(session, run)]
+        return {"workflows": rows} if rows else {}
+
+    def _run_row(self, run: Run) -> dict[str, Any]:
+        stages = []
+        known_targets = set()
+        for node in run.nodes():
+            if not node.is_agent:
+                continue
+            entries = self.sticky.matching(run.run_id, node)
+            unavailable = not self._deliverable(node)
+            states = [{"messageId": e.message_id, "target": str(e.target),
+                       "state": delivery_state(e, node, unavailable=unavailable, dormant=run.dormant)}
+                      for e in entries]
+            row = {"name": node.name, "id": node.id, "state": node.state,
+                   "label": node.state if node.state in ("PENDING", "RUNNING") else node.state,
+                   "sessionId": node.session_id,
+                   "queued": sum(1 for s in states if s["state"] == "queued"),
+                   "deliveryStates": states}
+            if unavailable:
+                row["label"] = "delivery-unavailable"
+            else:
+                row["target"] = run.canonical(node)
+            stages.append(row)
+            known_targets.add(run.canonical(node))
+        future: dict[str, int] = {}
+        for entry in self.sticky.entries(run.run_id):
+            target = str(entry.target)
+            if target not in known_targets:
+                future[target] = future.get(target, 0) + 1
+        return {"runId": run.run_id, "group": run.group, "dormant": run.dormant,
+                "host": run.host_id, "stages": stages,
+                "future": [{"target": t, "queued": n} for t, n in future.items()]}
+
+    # -- workflow host operations -------------------------------------------------------------
+
+    def _on_workflow(self, engine: Engine, session: Session, env: dict, re: str | None,
+                     now: float) -> None:
+        if re is None:
+            raise BusError("bad_envelope", detail="a workflow operation needs a string id")
+        op = _OPS.get(env.get("op"))
+        if op is None:
+            raise BusError("bad_envelope", detail="op must be register_run, add_stages, stage_state or end_run")
+        engine.reply(session, re, op(self, session, env, now))
+
+    def _register_run(self, session: Session, env: dict, now: float) -> dict:
+        run_id = env.get("runId")
+        path = parse_path(f"workflow:{run_id}", allow_run_only=True) if isinstance(run_id, str) else None
+        if path is None or path.segments:
+            raise BusError("invalid_params", detail="runId must be a non-empty string without '/'")
+        existing = self.runs.get(run_id)
+        if existing is not None:
+            if existing.host_id not in (None, session.id):
+                raise BusError("not_run_host", run_id=run_id)
+            if existing.host_id is None and existing.host_atomic and \
+                    existing.host_atomic != session.atomic_session_id and existing.last_host_id != session.id:
+                raise BusError("not_run_host", run_id=run_id)
+            run = existing
+            run.host_id = session.id
+            self._merge(run, None, env.get("stages") or [])
+        else:
+            run = Run(run_id, session.id, session.atomic_session_id, session.id, created_at=now)
+            run.roots = build_nodes(env.get("stages") or [], None)
+            self.runs[run_id] = run
+        run.last_host_id = session.id
+        if run.group not in session.groups:
+            from .actions import change_groups  # noqa: PLC0415
+            change_groups(self.engine, session, [*session.groups, run.group])
+        self._save(run)
+        return {"runId": run_id, "group": run.group, "groups": list(session.groups),
+                "stages": [run.canonical(n) for n in run.nodes() if n.is_agent]}
+
+    def _add_stages(self, session: Session, env: dict, now: float) -> dict:
+        run = self._hosted(session, env)
+        parent = None
+        if env.get("parent"):
+            parent = self._node_at(run, parse_path(f"{run.group}/{env['parent']}"))
+            if parent is None:
+                raise BusError("invalid_params", detail=f"no stage {env['parent']!r} in run {run.run_id!r}")
+        self._merge(run, parent, env.get("stages") or [])
+        self._save(run)
+        return {"runId": run.run_id, "stages": [run.canonical(n) for n in run.nodes() if n.is_agent]}
+
+    def _stage_state(self, session: Session, env: dict, now: float) -> dict:
+        run = self._hosted(session, env)
+        stage, state = env.get("stage"), env.get("state")
+        if not isinstance(stage, str) or state not in STATES:
+            raise BusError("invalid_params", detail=f"stage must be a path and state one of {', '.join(sorted(STATES))}")
+        node = self._node_at(run, parse_path(stage if looks_like_path(stage) else f"{run.group}/{stage}"))
+        if node is None:
+            raise BusError("invalid_params", detail=f"no stage {stage!r} in run {run.run_id!r}")
+        if node.terminal or (state == "PENDING" and node.state == RUNNING):
+            if node.state != state:
+                raise BusError("invalid_transition", stage=stage, old=node.state, new=state)
+        node.state = state
+        if state in TERMINAL_STATES and not node.started:
+            self._settle_exact(run, node, f"stage {state} before it started")
+        self._save(run)
+        return {"runId": run.run_id, "stage": run.canonical(node), "state": node.state}
+
+    def _end_run(self, session: Session, env: dict, now: float) -> dict:
+        run = self._hosted(session, env)
+        undeliverable = 0
+        for entry in self.sticky.drop_run(run.run_id):
+            if not entry.deliveries:
+                undeliverable += 1
+                self._notify(entry, "run ended before a matching stage received it")
+        del self.runs[run.run_id]
+        self.engine.persist(("run_end", run.run_id))
+        return {"runId": run.run_id, "ended": True, "undeliverable": undeliverable}
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _hosted(self, session: Session, env: dict) -> Run:
+        run = self.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
+        if run is None:
+            raise BusError("unknown_run", run_id=env.get("runId"))
+        if run.host_id != session.id:
+            raise BusError("not_run_host", run_id=run.run_id)
+        return run
+
+    def _merge(self, run: Run, parent: Node | None, specs: list) -> None:
+        siblings = parent.children if parent else run.roots
+        names = {n.name: n for n in siblings}
+        fresh = build_nodes([s for s in specs if isinstance(s, dict) and s.get("name") not in names], parent)
+        siblings.extend(fresh)
+        for spec in specs:
+            if isinstance(spec, dict) and spec.get("name") in names and spec.get("children"):
+                self._merge(run, names[spec["name"]], spec["children"])
+
+    def _node_at(self, run: Run, path: WorkflowPath) -> Node | None:
+        candidates = [n for n in run.nodes() if len(n.lineage()) == len(path.segments)
+                      and matches(path.segments, n.elements())]
+        return candidates[0] if len(candidates) == 1 else None
+
+    def _materialize(self, run: Run, path: WorkflowPath) -> Node:
+        parent = None
+        if len(path.segments) > 1:
+            parent = self._node_at(run, WorkflowPath(run.run_id, path.segments[:-1]))
+            if parent is None:
+                raise BusError("invalid_path", to=str(path), detail="its parent stage is not known")
+        (node,) = build_nodes([{"name": path.segments[-1]}], parent)
+        (parent.children if parent else run.roots).append(node)
+        return node
+
+    def _agent_matches(self, run: Run, path: WorkflowPath) -> list[Node]:
+        """Agent stages the path names; a literal path through a non-agent node is refused."""
+        hits = [n for n in run.nodes() if matches(path.segments, n.elements())]
+        agents = [n for n in hits if n.is_agent]
+        if not path.is_pattern and not agents:
+            if hits or self._through_non_agent(run, path):
+                raise BusError("non_agent_target", to=str(path))
+        return agents
+
+    def _through_non_agent(self, run: Run, path: WorkflowPath) -> bool:
+        for depth in range(1, len(path.segments)):
+            prefix = path.segments[:depth]
+            hits = [n for n in run.nodes() if len(n.lineage()) == depth and matches(prefix, n.elements())]
+            if hits and not any(n.is_agent for n in hits):
+                return True
+        return False
+
+    def _live_session(self, node: Node) -> Session | None:
+        return self.registry.by_id.get(node.session_id) if node.session_id else None
+
+    @staticmethod
+    def _deliverable(node: Node) -> bool:
+        return node.is_agent and node.intercom and node.group != "default"
+
+    def _hand_over(self, entry: Entry, run: Run, node: Node, session: Session, now: float, *,
+                   before_start: bool, record: bool = True) -> None:
+        sender = self.registry.by_id.get(entry.sender_id)
+        msg = envelope("msg", id=entry.message_id, message=entry.message,
+                       attachments=entry.attachments, sentAt=entry.sent_at, expectsReply=False,
+                       fromName=entry.sender_name, target=str(entry.target), ackRequired=True)
+        msg["from"] = entry.sender_id
+        if before_start:
+            msg["receivedBeforeStart"] = True
+        self.engine.out.append(Send(session.identity, msg))
+        if sender is not None:
+            self.engine.messaging.remember(session, entry.message_id, sender)
+        if record:
+            transcript = session.extra.get("transcript", session.id)
+            entry.deliveries[(node.key(), transcript)] = SENT
+            self.engine.persist(("sticky_delivery", entry.seq, node.key(), transcript, SENT, now))
+
+    def _on_received(self, engine: Engine, session: Session, env: dict, re: str | None,
+                     now: float) -> None:
+        ids = env.get("ids")
+        if not isinstance(ids, list):
+            raise BusError("bad_envelope", detail="received needs a list of ids")
+        key = session.extra.get("node_key")
+        transcript = session.extra.get("transcript", session.id)
+        for msg_id in ids[:512]:
+            entry = self.sticky.by_message.get(msg_id) if isinstance(msg_id, str) else None
+            if entry is not None and key and (key, transcript) in entry.deliveries:
+                entry.deliveries[(key, transcript)] = ACKED
+                engine.persist(("sticky_delivery", entry.seq, key, transcript, ACKED, now))
+
+    def _settle_exact(self, run: Run, node: Node, reason: str) -> None:
+        """Exact entries for a stage that ended unstarted can never be delivered."""
+        for entry in list(self.sticky.entries(run.run_id)):
+            if entry.target.is_pattern or entry.deliveries:
+                continue
+            hits = [n for n in run.nodes() if matches(entry.target.segments, n.elements())]
+            if hits == [node]:
+                self.sticky.remove(entry)
+                self.engine.persist(("sticky_drop", entry.seq))
+                self._notify(entry, reason)
+
+    def _notify(self, entry: Entry, reason: str) -> None:
+        sender = self.registry.by_id.get(entry.sender_id)
+        if entry.ack and sender is not None:
+            self.engine.out.append(Send(sender.identity, envelope("event", **undeliverable_event(entry, reason))))
+
+    def _answer(self, session_id: str, re: str, answer: dict) -> None:
+        self.engine.messaging.ids.answer(re, answer)
+        session = self.registry.by_id.get(session_id)
+        if session is not None:
+            self.engine.reply(session, re, answer)
+
+    def _release(self, key: tuple[str, WorkflowPath]) -> None:
+        left = self._reserved.get(key, 0) - 1
+        if left > 0:
+            self._reserved[key] = left
+        else:
+            self._reserved.pop(key, None)
+
+    def _save(self, run: Run) -> None:
+        self.engine.persist(("run", run.run_id, run.record()))
+
+
+_OPS = {
+    "register_run": Workflows._register_run,
+    "add_stages": Workflows._add_stages,
+    "stage_state": Workflows._stage_state,
+    "end_run": Workflows._end_run,
+}
+
+__all__ = ["AGENT", "Workflows"]
