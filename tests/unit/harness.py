@@ -24,6 +24,7 @@ class Bus:
         self.now = 1000.0
         self._ids = itertools.count(1)
         self.last: list = []
+        self.uncommitted: list[int] = []
 
     def advance(self, seconds: float) -> list:
         self.now += seconds
@@ -32,7 +33,22 @@ class Bus:
 
     def feed(self, identity: bytes, env: Any) -> list:
         self.last = self.engine.receive(identity, env, self.now)
+        self.uncommitted += [c.ticket for c in self.last if isinstance(c, Persist) and c.ticket]
         return self.last
+
+    def commit(self) -> list:
+        """The store reports every write asked for so far as durable."""
+        out = []
+        tickets, self.uncommitted = self.uncommitted, []
+        for ticket in tickets:
+            out += self.engine.persisted(ticket, self.now)
+        self.last = out
+        return out
+
+    def workflow(self, identity: bytes, op: str, **fields: Any) -> dict:
+        msg_id = f"w{next(self._ids)}"
+        out = self.feed(identity, envelope("workflow", id=msg_id, op=op, **fields))
+        return result_for(out, identity, msg_id)
 
     def hello(self, name: str, identity: bytes | None = None, **fields: Any) -> dict:
         identity = identity or name.encode()
