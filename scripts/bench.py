@@ -4,7 +4,8 @@
     python3 scripts/bench.py            # full run (< 3 minutes)
     python3 scripts/bench.py --quick    # about 30 seconds
     python3 scripts/bench.py --only latency --repeats 5 --json out.json
-    python3 scripts/bench.py --profile-broker /tmp/broker.prof
+    python3 scripts/bench.py --only throughput --senders 1 \
+        --profile-broker /tmp/p/broker.prof --profile-roles /tmp/p   # where the time goes
 
 Every figure of ours is printed beside a raw ZeroMQ figure measured in the same run,
 because the machine (2 cores, shared) is noisy and only ratios travel.
@@ -37,7 +38,11 @@ Timing. Senders first send a warm-up share, then their measured share; the recei
 starts its clock at the first message after the total warm-up count and stops it at
 the last one, so rates are steady-state receive rates. Runs are interleaved
 (baseline, ours, baseline, ours, ...) so a noisy neighbour hits both sides alike;
-tables show medians over ``--repeats`` runs with min-max spread.
+tables show medians over ``--repeats`` runs with min-max spread. Each throughput run
+also reports CPU microseconds per message in the senders, the router (broker or raw
+forwarder, read from /proc) and the receiver, all threads included: on a 2-core box the
+receive rate is roughly 2 s of CPU / (total CPU per message), so these rows say which
+part to make cheaper.
 
 Adding a section: write ``section_x(h, cfg, results)`` that starts what it needs via
 ``h.spawn_role``/``h.start_broker``/``h.start_forwarder``, calls ``results.add(...)``,
@@ -61,7 +66,7 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -107,7 +112,7 @@ def make_config(args: argparse.Namespace) -> Config:
         latency_n=1_000 if quick else 3_000,
         latency_warm=200 if quick else 500,
         latency_sessions=5,
-        repeats=args.repeats or (1 if quick else 3),
+        repeats=args.repeats or (2 if quick else 3),
         run_timeout_s=60.0 if quick else 90.0,
         profile_broker=args.profile_broker,
     )
@@ -165,20 +170,26 @@ class Results:
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
-    if unit == "us":
-        return f"{value:,.0f} us"
+    if unit == "us/msg":
+        return f"{value:,.1f} {unit}"
     return f"{value:,.0f} {unit}"
 
 
 def _spread(values: list[float] | None, unit: str) -> str:
     if not values or len(values) < 2:
         return ""
-    scale = "" if unit != "msg/s" else "k"
-    div = 1000.0 if scale else 1.0
-    return f"{min(values) / div:,.0f}-{max(values) / div:,.0f}{scale}"
+    if unit == "msg/s":
+        digits = 1 if max(values) < 10_000 else 0
+        return f"{min(values) / 1000:,.{digits}f}-{max(values) / 1000:,.{digits}f}k"
+    if unit == "us/msg":
+        return f"{min(values):,.1f}-{max(values):,.1f}"
+    return f"{min(values):,.0f}-{max(values):,.0f}"
 
 
 def print_table(results: Results, out=sys.stdout) -> None:
+    if not results.rows:
+        print("(no results)", file=out)
+        return
     headers = ["measurement", "ours", "(spread)", "baseline", "(spread)", "ours/base",
                "target", ""]
     lines = []
@@ -455,6 +466,7 @@ class Counter:
         self.total = warm + count
         self.n = 0
         self.t0 = self.t1 = None
+        self.cpu0 = time.process_time()     # all threads of this process
 
     def hit(self, k: int = 1) -> bool:
         self.n += k
@@ -469,11 +481,12 @@ class Counter:
     def result(self) -> dict:
         complete = self.t1 is not None
         t1 = self.t1 if complete else getattr(self, "t_last", None)
+        cpu_s = time.process_time() - self.cpu0
         if self.t0 is None or t1 is None or t1 <= self.t0:
-            return {"received": self.n, "complete": False, "rate": 0.0}
+            return {"received": self.n, "complete": False, "rate": 0.0, "cpu_s": cpu_s}
         measured = self.n - self.n0
         return {"received": self.n, "complete": complete, "measured": measured,
-                "elapsed_s": t1 - self.t0, "rate": measured / (t1 - self.t0)}
+                "elapsed_s": t1 - self.t0, "rate": measured / (t1 - self.t0), "cpu_s": cpu_s}
 
 
 def role_raw_forwarder(endpoint: str) -> None:
@@ -573,11 +586,13 @@ def role_raw_sender(endpoint: str, to: str, warm: int, count: int, size: int) ->
     send, packb = sock.send, msgpack.packb
     emit("ready", pid=os.getpid())
     wait_go()
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     for i in range(warm + count):
         send(packb({"to": dest, "id": i, "m": text}))
     elapsed = time.perf_counter() - t0
-    emit("result", sent=warm + count, send_rate=(warm + count) / elapsed)
+    emit("result", sent=warm + count, send_rate=(warm + count) / elapsed,
+         cpu_s=time.process_time() - cpu0)
     sock.close()
     ctx.term()
 
@@ -619,6 +634,7 @@ def role_bus_sender(endpoint: str, to: str, warm: int, count: int, size: int,
         emit("ready", pid=os.getpid(), session_id=session.id)
         wait_go()
         total = warm + count
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         if mode == "pipelined":
             pending: deque = deque()
@@ -640,7 +656,8 @@ def role_bus_sender(endpoint: str, to: str, warm: int, count: int, size: int,
                 if not result.get("ok"):
                     errors[result.get("code", "?")] = errors.get(result.get("code", "?"), 0) + 1
         elapsed = time.perf_counter() - t0
-        emit("result", sent=total, send_rate=total / elapsed, errors=errors)
+        emit("result", sent=total, send_rate=total / elapsed, errors=errors,
+             cpu_s=time.process_time() - cpu0)
     finally:
         session.close()
 
@@ -719,8 +736,41 @@ ROLES: dict[str, Callable[..., None]] = {
 }
 
 
+class ThreadProfiles:
+    """cProfile of every thread of a role process (the client's IO thread included).
+
+    ``threading.setprofile`` installs a Python hook in each new thread; its first call
+    enables a fresh ``cProfile.Profile`` there, which replaces the hook.
+    """
+
+    def __init__(self) -> None:
+        import cProfile
+
+        self._cls = cProfile.Profile
+        self.profiles = [cProfile.Profile()]
+        threading.setprofile(self._start_in_thread)
+        self.profiles[0].enable()
+
+    def _start_in_thread(self, *_: Any) -> None:
+        prof = self._cls()
+        self.profiles.append(prof)
+        prof.enable()
+
+    def dump(self, path: Path) -> None:
+        import pstats
+
+        threading.setprofile(None)
+        self.profiles[0].disable()
+        stats = pstats.Stats(self.profiles[0])
+        for prof in self.profiles[1:]:
+            stats.add(prof)
+        stats.dump_stats(str(path))
+
+
 def run_role(name: str, args_json: str) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    profile_dir = os.environ.get("BENCH_PROFILE_DIR")
+    profiles = ThreadProfiles() if profile_dir else None
     try:
         ROLES[name](**json.loads(args_json))
         return 0
@@ -729,6 +779,9 @@ def run_role(name: str, args_json: str) -> int:
     except BaseException:
         emit("error", error=traceback.format_exc())
         return 1
+    finally:
+        if profiles is not None:
+            profiles.dump(Path(profile_dir) / f"{name}-{os.getpid()}.prof")
 
 
 # =====================================================================================
@@ -739,21 +792,40 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def _drive(h: Harness, receiver: Proc, senders: list[Proc], timeout: float) -> tuple[dict, list[dict]]:
-    """Senders are ready: say go, collect results, make sure all of them are gone."""
+def proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process (all threads), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _drive(h: Harness, router: Proc, receiver: Proc, senders: list[Proc],
+           timeout: float) -> dict:
+    """Senders are ready: say go, collect results, make sure all of them are gone.
+
+    The result is the receiver's, plus ``senders`` (their results) and ``router_cpu_s``
+    (CPU the forwarder or broker spent from go to the receiver's last message).
+    """
     try:
         for s in senders:
             s.expect("ready", 30)
+        cpu0 = proc_cpu_s(router.pid)
         for s in senders:
             s.tell("go")
         result = receiver.expect("result", timeout)
-        sent = [s.expect("result", 60) for s in senders]
-        return result, sent
+        cpu1 = proc_cpu_s(router.pid)
+        result["senders"] = [s.expect("result", 60) for s in senders]
+        result["router_cpu_s"] = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
+        return result
     finally:
         h.reap([receiver, *senders], timeout=10)
 
 
-def measure_raw_throughput(h: Harness, ep: Endpoints, n_senders: int, cfg: Config) -> dict:
+def measure_raw_throughput(h: Harness, fwd: Proc, ep: Endpoints, n_senders: int,
+                           cfg: Config) -> dict:
     identity = h._next("recv-")
     receiver = h.spawn_role("raw_receiver", endpoint=ep.router, identity=identity,
                             warm=cfg.warm, count=cfg.count, timeout_s=cfg.run_timeout_s)
@@ -766,12 +838,11 @@ def measure_raw_throughput(h: Harness, ep: Endpoints, n_senders: int, cfg: Confi
     except BaseException:
         h.reap([receiver, *senders], timeout=0)
         raise
-    result, sent = _drive(h, receiver, senders, cfg.run_timeout_s + 15)
-    result["senders"] = sent
-    return result
+    return _drive(h, fwd, receiver, senders, cfg.run_timeout_s + 15)
 
 
-def measure_bus_throughput(h: Harness, ep: Endpoints, n_senders: int, cfg: Config, *,
+def measure_bus_throughput(h: Harness, broker: Proc, ep: Endpoints, n_senders: int,
+                           cfg: Config, *,
                            mode: str = "pipelined", count: int | None = None,
                            warm: int | None = None) -> dict:
     count = count or cfg.count
@@ -788,9 +859,7 @@ def measure_bus_throughput(h: Harness, ep: Endpoints, n_senders: int, cfg: Confi
     except BaseException:
         h.reap([receiver, *senders], timeout=0)
         raise
-    result, sent = _drive(h, receiver, senders, cfg.run_timeout_s + 15)
-    result["senders"] = sent
-    return result
+    return _drive(h, broker, receiver, senders, cfg.run_timeout_s + 15)
 
 
 def measure_probe(h: Harness, role: str, **args: Any) -> dict:
@@ -802,15 +871,35 @@ def measure_probe(h: Harness, role: str, **args: Any) -> dict:
         h.reap([proc], timeout=10)
 
 
+def cpu_per_message(result: dict) -> dict[str, float | None]:
+    """CPU microseconds per message in each part of the pipeline (all threads)."""
+    sent = sum(s.get("sent", 0) for s in result.get("senders", []))
+    received = result.get("received") or 0
+    snd = sum(s.get("cpu_s", 0.0) for s in result.get("senders", []))
+    out: dict[str, float | None] = {
+        "senders": snd / sent * 1e6 if sent else None,
+        "router": (result["router_cpu_s"] / received * 1e6
+                   if result.get("router_cpu_s") is not None and received else None),
+        "receiver": result["cpu_s"] / received * 1e6 if received and "cpu_s" in result else None,
+    }
+    parts = list(out.values())
+    out["total"] = sum(parts) if all(p is not None for p in parts) else None
+    return out
+
+
 def _log_run(label: str, result: dict) -> None:
+    cpu = cpu_per_message(result)
     extra = ""
+    if cpu["total"] is not None:
+        extra = (f"  cpu us/msg: snd {cpu['senders']:.1f} + router {cpu['router']:.1f}"
+                 f" + rcv {cpu['receiver']:.1f} = {cpu['total']:.1f}")
     errors: dict[str, int] = {}
     for s in result.get("senders", []):
         for code, k in (s.get("errors") or {}).items():
             errors[code] = errors.get(code, 0) + k
     if result.get("senders"):
         rates = ", ".join(f"{s['send_rate'] / 1000:.0f}k" for s in result["senders"])
-        extra = f"  (sender-side send rates: {rates})"
+        extra += f"  (send rates: {rates})"
     if errors:
         extra += f"  ERRORS {errors}"
     if not result.get("complete", True):
@@ -832,13 +921,13 @@ def section_throughput(h: Harness, cfg: Config, results: Results) -> None:
     try:
         for rep in range(cfg.repeats):
             for n in cfg.senders:
-                raw = measure_raw_throughput(h, raw_ep, n, cfg)
+                raw = measure_raw_throughput(h, fwd, raw_ep, n, cfg)
                 _log_run(f"[{rep + 1}] raw forwarder, {n} sender(s)", raw)
                 runs.setdefault(f"raw{n}", []).append(raw)
-                bus = measure_bus_throughput(h, bus_ep, n, cfg)
+                bus = measure_bus_throughput(h, broker, bus_ep, n, cfg)
                 _log_run(f"[{rep + 1}] broker send_nowait, {n} sender(s)", bus)
                 runs.setdefault(f"bus{n}", []).append(bus)
-            blocking = measure_bus_throughput(h, bus_ep, 1, cfg, mode="blocking",
+            blocking = measure_bus_throughput(h, broker, bus_ep, 1, cfg, mode="blocking",
                                               count=cfg.blocking_count,
                                               warm=max(200, cfg.blocking_count // 10))
             _log_run(f"[{rep + 1}] broker blocking intercom, 1 sender", blocking)
@@ -860,6 +949,18 @@ def section_throughput(h: Harness, cfg: Config, results: Results) -> None:
     results.add(Row("throughput", "blocking intercom send, 1 sender", "msg/s",
                     rates("blocking1"),
                     note="one broker round trip per message (secondary line, no baseline)"))
+    for n in cfg.senders:
+        ours = [cpu_per_message(r) for r in runs[f"bus{n}"]]
+        base = [cpu_per_message(r) for r in runs[f"raw{n}"]]
+        for part in ("senders", "router", "receiver", "total"):
+            o = [c[part] for c in ours if c[part] is not None]
+            b = [c[part] for c in base if c[part] is not None]
+            if o:
+                results.add(Row(f"cpu{n}", f"CPU per msg, {n} sender(s): {part}", "us/msg", o,
+                                b or None, note=(
+                                    "CPU time (all threads) / messages; router = broker vs "
+                                    "raw forwarder; ratio = times more CPU than raw"
+                                    if n == cfg.senders[0] and part == "senders" else "")))
     drops = {k: v for k, v in stats.items() if k.startswith(("dropped", "refused", "internal"))}
     if stats:
         print(f"  broker counters: frames_in={stats.get('frames_in')} "
@@ -917,6 +1018,21 @@ def environment() -> str:
             f"{zmq.zmq_version()}, {os.cpu_count()} cores, loadavg {' '.join(load)}")
 
 
+def print_role_profiles(directory: Path, top: int = 15) -> None:
+    """Per role kind, the functions with the most internal time over all its processes."""
+    import pstats
+
+    by_role: dict[str, list[Path]] = {}
+    for path in sorted(directory.glob("*.prof")):
+        by_role.setdefault(path.stem.rsplit("-", 1)[0], []).append(path)
+    for role, paths in by_role.items():
+        if not role.startswith("bus_"):
+            continue
+        print(f"\n{role} profile ({len(paths)} process(es), all threads), top by internal time:")
+        stats = pstats.Stats(*map(str, paths))
+        stats.sort_stats("tottime").print_stats(top)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -929,6 +1045,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="outstanding send_nowait futures per sender (default 2000)")
     p.add_argument("--profile-broker", type=Path, metavar="FILE",
                    help="run the throughput broker under cProfile, write stats to FILE")
+    p.add_argument("--profile-roles", type=Path, metavar="DIR",
+                   help="cProfile every role process (all threads) into DIR/<role>-<pid>.prof")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write raw results as JSON")
     p.add_argument("--keep", action="store_true", help="keep the tmp dir (logs) afterwards")
     p.add_argument("--role", help=argparse.SUPPRESS)
@@ -954,6 +1072,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     started = time.monotonic()
     h = Harness(keep=args.keep)
+    if args.profile_roles:
+        args.profile_roles.mkdir(parents=True, exist_ok=True)
+        h.env["BENCH_PROFILE_DIR"] = str(args.profile_roles.resolve())
     try:
         for name in names:
             try:
@@ -972,6 +1093,8 @@ def main(argv: list[str] | None = None) -> int:
         import pstats
         print(f"\nbroker profile ({cfg.profile_broker}), top functions by internal time:")
         pstats.Stats(str(cfg.profile_broker)).sort_stats("tottime").print_stats(20)
+    if args.profile_roles:
+        print_role_profiles(args.profile_roles)
     if args.json:
         args.json.write_text(json.dumps(results.to_json(), indent=1, default=str))
     return 1 if failed else 0

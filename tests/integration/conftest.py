@@ -128,10 +128,17 @@ class Bus:
         self.opened.append(session)
         return session
 
-    def connect_many(self, *names: str, **kwargs: Any) -> list:
-        """Connect several sessions concurrently (same keyword arguments for all)."""
-        with ThreadPoolExecutor(max_workers=len(names)) as pool:
-            return list(pool.map(lambda n: self.connect(n, **kwargs), names))
+    def connect_all(self, *specs: str | tuple[str, dict]) -> list:
+        """Connect several sessions concurrently; each spec is a name or (name, kwargs).
+
+        Results are in spec order; connection order is not defined.
+        """
+        def one(spec):
+            name, kwargs = (spec, {}) if isinstance(spec, str) else spec
+            return self.connect(name, **kwargs)
+
+        with ThreadPoolExecutor(max_workers=len(specs)) as pool:
+            return list(pool.map(one, specs))
 
     def close_all(self) -> None:
         for session in self.opened:

@@ -38,11 +38,10 @@ def log_records(text: str) -> list[dict]:
 
 
 @pytest.fixture
-def running(short_tmp):
-    proc = start_broker(short_tmp)
-    wait_ready(proc.endpoint, proc.proc)
-    yield proc
-    proc.stop()
+def running(broker):
+    """The conftest broker, once it answers."""
+    wait_ready(broker.endpoint, broker.proc)
+    return broker
 
 
 # -- startup -----------------------------------------------------------------------------
@@ -97,6 +96,7 @@ def test_broker_tightens_an_existing_data_dir_that_others_can_open(short_tmp):
 def test_signal_stops_broker_cleanly_with_exit_code_0(running, connect, sig):
     session = connect("bystander")
     assert session.intercom(action="list")["ok"]
+    session.close()
     assert running.stop(sig) == 0
     log = running.log.read_text()
     assert "Traceback" not in log
