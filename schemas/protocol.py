@@ -24,6 +24,8 @@ Broker to client (``BROKER_KINDS``):
 ``msg``        an inbound message for the session.
 ``event``      an in-band presence event (also published on PUB, topic = group).
 ``hb``         heartbeat answer.
+``acks``       ``ids``: requests sent with ``quiet: true`` that succeeded (one
+               envelope per peer and batch instead of one ``result`` each).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from .errors import BusError
 from .limits import MAX_BATCH, MAX_FRAME_BYTES, PROTOCOL_VERSION
 
 CLIENT_KINDS = frozenset({"hello", "call", "status", "hb", "bye", "supervisor", "workflow", "received"})
-BROKER_KINDS = frozenset({"welcome", "result", "msg", "event", "hb"})
+BROKER_KINDS = frozenset({"welcome", "result", "msg", "event", "hb", "acks"})
 
 PRESENCE_EVENTS = ("session_joined", "session_left", "presence_update")
 SESSION_KINDS = ("interactive", "noninteractive", "stage")

@@ -151,11 +151,51 @@ def _validate_object(schema: dict[str, Any], value: dict, where: str) -> str | N
     return None
 
 
+def _string_check(schema: dict[str, Any]):
+    low, high = schema.get("minLength", 0), schema.get("maxLength", 1 << 62)
+    enum = frozenset(schema["enum"]) if "enum" in schema else None
+    if enum is not None:
+        return lambda v: v.__class__ is str and v in enum
+    return lambda v: v.__class__ is str and low <= len(v) <= high
+
+
+def _quick_checks() -> dict[str, Any]:
+    """Per-parameter predicates equivalent to INTERCOM_SCHEMA for the common shapes."""
+    checks = {}
+    for key, sub in INTERCOM_SCHEMA["properties"].items():
+        if sub.get("type") == "string":
+            checks[key] = _string_check(sub)
+    return checks
+
+
+_QUICK = _quick_checks()
+
+
+def intercom_params_ok(params: dict[str, Any], ignore: frozenset[str] = frozenset()) -> bool:
+    """True when ``params`` (less the ``ignore`` keys) are plainly valid: the fast path."""
+    if "action" not in params:
+        return False
+    quick = _QUICK
+    for key, value in params.items():
+        check = quick.get(key)
+        if check is None:
+            if key in ignore:
+                continue
+            return False
+        if not check(value):
+            return False
+    return True
+
+
 def intercom_params_problem(params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """Check intercom parameters; return (error code, text fields) for the first problem.
 
-    Attachment problems get their own code and the attachment's index.
+    Attachment problems get their own code and the attachment's index. The common
+    case (string parameters only) is checked by precompiled predicates; anything
+    else, and every failure, goes through the full schema walk so the texts match.
     """
+    if intercom_params_ok(params):
+        return None
     attachments = params.get("attachments")
     if isinstance(attachments, list):
         for index, item in enumerate(attachments[:MAX_ATTACHMENTS]):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.errors import BusError
 from schemas.groups import clean_group
-from schemas.tools import INTERCOM_SCHEMA, intercom_params_problem
+from schemas.tools import INTERCOM_SCHEMA, intercom_params_ok, intercom_params_problem
 
 from .presence import membership_changed
 from .sessions import Session
@@ -21,14 +21,17 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 _PARAMS = frozenset(INTERCOM_SCHEMA["properties"])
-_ENVELOPE = frozenset({"v", "k", "id", "currentTurn"})
+_ENVELOPE = frozenset({"v", "k", "id", "currentTurn", "quiet"})
 
 
 def tool_params(env: dict) -> dict[str, Any]:
     """The intercom parameters of a call envelope, checked against the tool schema.
 
+    Handlers only read parameter keys, so a plainly valid envelope is returned as is.
     Raises BusError(invalid_params | invalid_attachment).
     """
+    if intercom_params_ok(env, _ENVELOPE):
+        return env
     params = {k: v for k, v in env.items() if k not in _ENVELOPE}
     problem = intercom_params_problem(params)
     if problem:

@@ -85,6 +85,8 @@ class Engine:
         self.stats: Counter[str] = Counter()
         self.out: list[Command] = []
         self.internal_errors: list[Exception] = []   # drained and logged by the shell
+        # Quiet (pipelined) calls that succeeded, answered together per peer at flush.
+        self.acks: dict[bytes, list[str]] = {}
         self._next_sweep_at = 0.0
         self._next_ticket = 0
         # Subsystems register here: kind handlers, action handlers, tick and
@@ -191,6 +193,10 @@ class Engine:
     # -- dispatch --------------------------------------------------------------------------
 
     def _flush(self) -> list[Command]:
+        if self.acks:
+            for identity, ids in self.acks.items():
+                self.out.append(Send(identity, envelope("acks", ids=ids)))
+            self.acks = {}
         out, self.out = self.out, []
         return out
 
@@ -339,7 +345,14 @@ def _on_call(engine: Engine, session: Session, env: dict, re: str | None, now: f
         raise BusError("unknown_action", action=action)
     result = handler(session, env, re, now)
     if result is not None:
-        engine.reply(session, re, result)
+        if env.get("quiet") is True and result.get("ok", True) is not False:
+            acks = engine.acks.get(session.identity)
+            if acks is None:
+                engine.acks[session.identity] = [re]
+            else:
+                acks.append(re)
+        else:
+            engine.reply(session, re, result)
 
 
 def _on_hb(engine: Engine, session: Session, env: dict, re: str | None, now: float) -> None:

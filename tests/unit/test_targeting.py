@@ -111,3 +111,16 @@ def test_attachments_are_validated_and_kept_in_order_with_duplicates():
 def test_unknown_target_is_not_found():
     bus = two_sessions()
     assert bus.call(b"alice", "send", to="nobody", message="hi")["code"] == "target_not_found"
+
+
+def test_quiet_sends_are_acknowledged_together_and_failures_answered_in_full():
+    bus = two_sessions()
+    batch = [{"v": 1, "k": "call", "id": f"q{n}", "action": "send", "to": "bob", "message": "m",
+              "quiet": True} for n in range(3)]
+    batch.append({"v": 1, "k": "call", "id": "bad", "action": "send", "to": "nobody",
+                  "message": "m", "quiet": True})
+    bus.last = bus.engine.receive_batch(b"alice", batch, bus.now)
+    assert [e["ids"] for e in bus.sends(b"alice", "acks")] == [["q0", "q1", "q2"]]
+    (failure,) = bus.sends(b"alice", "result")
+    assert failure["re"] == "bad" and failure["code"] == "target_not_found"
+    assert len(bus.sends(b"Bob", "msg")) == 3
