@@ -33,19 +33,25 @@ def membership_changed(registry: Registry, session: Session, before: set[str],
     peers: set[str] = set()
     for group in before | after:
         peers |= registry.by_group.get(group, set())
+    watchers = registry.extra_watchers(before | after) if registry.extra_watchers else set()
+    peers |= watchers
     peers.discard(session.id)
     groups_changed = before != after
     for peer_id in peers:
         peer = registry.by_id[peer_id]
-        was = not peer.groups.keys().isdisjoint(before)
-        now = not peer.groups.keys().isdisjoint(after)
+        shared_before = not peer.groups.keys().isdisjoint(before)
+        shared_after = not peer.groups.keys().isdisjoint(after)
+        was, now = shared_before, shared_after
+        if peer_id in watchers:   # invocation control sees into owned subgroups, one way
+            was = was or registry.sees_into(peer, before)
+            now = now or registry.sees_into(peer, after)
         if now and not was:
             out.append(Send(peer.identity, presence_event("session_joined", session)))
-            if not connecting:
+            if shared_after and not connecting:
                 out.append(Send(session.identity, presence_event("session_joined", peer)))
         elif was and not now:
             out.append(Send(peer.identity, presence_event("session_left", session)))
-            if not departing:
+            if shared_before and not departing:
                 out.append(Send(session.identity, presence_event("session_left", peer)))
         elif was and now and groups_changed:
             out.append(Send(peer.identity, presence_event("presence_update", session)))

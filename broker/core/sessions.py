@@ -77,8 +77,12 @@ class Registry:
         self.by_name: dict[str, set[str]] = defaultdict(set)
         self.by_prefix: dict[str, set[str]] = defaultdict(set)
         self.by_atomic: dict[str, set[str]] = defaultdict(set)
-        # Extra visibility beyond shared membership (workflow invocation control).
+        # Extra visibility beyond shared membership (workflow invocation control):
+        # whether a viewer sees a session, who may see a set of groups that way, and
+        # whether a viewer sees into a set of groups that way.
         self.extra_visibility: Callable[[Session, Session], bool] | None = None
+        self.extra_watchers: Callable[[Iterable[str]], set[str]] | None = None
+        self.sees_into: Callable[[Session, Iterable[str]], bool] | None = None
 
     def __len__(self) -> int:
         return len(self.by_id)

@@ -40,6 +40,8 @@ class Workflows:
         engine.kinds_extra["received"] = self._on_received
         engine.on_disconnect.append(self._session_gone)
         self.registry.extra_visibility = self._controls_session
+        self.registry.extra_watchers = self._watchers
+        self.registry.sees_into = self._sees_into
 
     # -- restore after a restart -------------------------------------------------------
 
@@ -69,12 +71,27 @@ class Workflows:
 
     def _controls_session(self, viewer: Session, other: Session) -> bool:
         """Extra visibility: invocation control reaches into the run's own subgroups."""
-        for group in other.groups:
+        return self._sees_into(viewer, other.groups)
+
+    def _owned_subgroups(self, groups) -> list[Run]:
+        runs = []
+        for group in groups:
             if group.startswith("workflow:") and "/" in group:
                 run = self.runs.get(group[len("workflow:"):].split("/", 1)[0])
-                if run is not None and self.controls(viewer, run):
-                    return True
-        return False
+                if run is not None:
+                    runs.append(run)
+        return runs
+
+    def _watchers(self, groups) -> set[str]:
+        """Sessions that may see members of ``groups`` through invocation control."""
+        found: set[str] = set()
+        for run in self._owned_subgroups(groups):
+            found |= {i for i in self.registry.by_group.get(run.group, ())
+                      if self.controls(self.registry.by_id[i], run)}
+        return found
+
+    def _sees_into(self, viewer: Session, groups) -> bool:
+        return any(self.controls(viewer, run) for run in self._owned_subgroups(groups))
 
     def check_join(self, session: Session, group: str) -> None:
         """Subgroups are joined only with control over their run."""

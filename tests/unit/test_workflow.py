@@ -290,3 +290,12 @@ def test_entries_survive_a_restart_from_the_persisted_rows():
     out = fresh.receive(b"plan", envelope("hello", id="h", name="plan", sessionKind="stage",
                                           stage="workflow:r1/plan"), 5000.0)
     assert [c.env["message"] for c in out if getattr(c, "env", {}).get("k") == "msg"] == ["kept"]
+
+
+def test_invocation_controller_hears_about_stages_joining_owned_subgroups_one_way():
+    bus = hosted()
+    stage(bus, "reviewer", "workflow:r1/review")
+    assert bus.events(b"host") == [("session_joined", "reviewer")]
+    assert bus.events(b"reviewer") == []
+    bus.feed(b"reviewer", envelope("bye"))
+    assert bus.events(b"host") == [("session_left", "reviewer")]
