@@ -257,8 +257,10 @@ class Workflows:
             states = [{"messageId": e.message_id, "target": str(e.target),
                        "state": delivery_state(e, node, unavailable=unavailable, dormant=run.dormant)}
                       for e in entries]
-            row = {"name": node.name, "id": node.id, "state": node.state,
-                   "label": node.state if node.state in ("PENDING", "RUNNING") else node.state,
+            label = node.state
+            if label == RUNNING and run.dormant and node.session_id is None:
+                label = "PENDING"   # the host is gone: the stage waits for a resume
+            row = {"name": node.name, "id": node.id, "state": node.state, "label": label,
                    "sessionId": node.session_id,
                    "queued": sum(1 for s in states if s["state"] == "queued"),
                    "deliveryStates": states}
