@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         broker = Broker(settings)
     except StartupError as exc:
-        log.error("broker_start_failed", error=str(exc))
+        # One plain line a person can act on; no traceback, no log record to parse.
         print(f"broker: {exc}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: broker.stop())

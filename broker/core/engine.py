@@ -206,7 +206,8 @@ class Engine:
             return
         re = request_id(env)
         try:
-            if env.get("v") != PROTOCOL_VERSION:
+            version = env.get("v")
+            if version != PROTOCOL_VERSION or type(version) is not int:
                 raise BusError("unsupported_version", version=env.get("v"),
                                supported=PROTOCOL_VERSION)
             kind = env.get("k")

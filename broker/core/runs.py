@@ -43,6 +43,8 @@ class Node:
     session_id: str | None = None     # the live stage session, if any
     transcript: str | None = None     # transcript of the latest stage session
     started: bool = False             # a stage session has initialized at least once
+    _elements: list[frozenset[str]] | None = field(default=None, repr=False)
+    _key: str | None = field(default=None, repr=False)
 
     @property
     def is_agent(self) -> bool:
@@ -64,10 +66,15 @@ class Node:
         return chain[::-1]
 
     def elements(self) -> list[frozenset[str]]:
-        return [n.spellings for n in self.lineage()]
+        """Spellings of every step from the root (names and ids never change: cached)."""
+        if self._elements is None:
+            self._elements = [n.spellings for n in self.lineage()]
+        return self._elements
 
     def key(self) -> str:
-        return "/".join(n.name for n in self.lineage())
+        if self._key is None:
+            self._key = "/".join(n.name for n in self.lineage())
+        return self._key
 
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "id": self.id, "kind": self.kind, "state": self.state,

@@ -61,13 +61,14 @@ class StickyQueues:
     def __init__(self) -> None:
         self.by_run: dict[str, dict[int, Entry]] = {}
         self.by_message: dict[str, Entry] = {}
+        self._counts: dict[tuple[str, WorkflowPath], int] = {}   # entries per (run, target)
         self.next_seq = 1
 
     def entries(self, run_id: str) -> Iterator[Entry]:
         yield from self.by_run.get(run_id, {}).values()
 
     def count(self, run_id: str, target: WorkflowPath) -> int:
-        return sum(1 for e in self.entries(run_id) if e.target == target)
+        return self._counts.get((run_id, target), 0)
 
     def check_room(self, run_id: str, target: WorkflowPath, reserved: int) -> int:
         """FIFO position the next entry would get. Raises BusError(queue_full)."""
@@ -84,14 +85,22 @@ class StickyQueues:
     def add(self, entry: Entry) -> None:
         self.by_run.setdefault(entry.run_id, {})[entry.seq] = entry
         self.by_message[entry.message_id] = entry
+        key = (entry.run_id, entry.target)
+        self._counts[key] = self._counts.get(key, 0) + 1
         self.next_seq = max(self.next_seq, entry.seq + 1)
 
     def remove(self, entry: Entry) -> None:
         run = self.by_run.get(entry.run_id)
-        if run is not None:
-            run.pop(entry.seq, None)
-            if not run:
-                del self.by_run[entry.run_id]
+        if run is None or run.pop(entry.seq, None) is None:
+            return
+        if not run:
+            del self.by_run[entry.run_id]
+        key = (entry.run_id, entry.target)
+        left = self._counts[key] - 1
+        if left:
+            self._counts[key] = left
+        else:
+            del self._counts[key]
         if self.by_message.get(entry.message_id) is entry:
             del self.by_message[entry.message_id]
 

@@ -285,7 +285,7 @@ class Workflows:
                      now: float) -> None:
         if re is None:
             raise BusError("bad_envelope", detail="a workflow operation needs a string id")
-        op = _OPS.get(env.get("op"))
+        op = _OPS.get(env["op"]) if isinstance(env.get("op"), str) else None
         if op is None:
             raise BusError("bad_envelope", detail="op must be register_run, add_stages, stage_state or end_run")
         engine.reply(session, re, op(self, session, env, now))
@@ -331,7 +331,7 @@ class Workflows:
     def _stage_state(self, session: Session, env: dict, now: float) -> dict:
         run = self._hosted(session, env)
         stage, state = env.get("stage"), env.get("state")
-        if not isinstance(stage, str) or state not in STATES:
+        if not isinstance(stage, str) or not isinstance(state, str) or state not in STATES:
             raise BusError("invalid_params", detail=f"stage must be a path and state one of {', '.join(sorted(STATES))}")
         node = self._node_at(run, parse_path(stage if looks_like_path(stage) else f"{run.group}/{stage}"))
         if node is None:
@@ -366,7 +366,9 @@ class Workflows:
             raise BusError("not_run_host", run_id=run.run_id)
         return run
 
-    def _merge(self, run: Run, parent: Node | None, specs: list) -> None:
+    def _merge(self, run: Run, parent: Node | None, specs: Any) -> None:
+        if not isinstance(specs, list):
+            raise BusError("invalid_params", detail="stages must be an array")
         siblings = parent.children if parent else run.roots
         names = {n.name: n for n in siblings}
         fresh = build_nodes([s for s in specs if isinstance(s, dict) and s.get("name") not in names], parent)
@@ -375,10 +377,23 @@ class Workflows:
             if isinstance(spec, dict) and spec.get("name") in names and spec.get("children"):
                 self._merge(run, names[spec["name"]], spec["children"])
 
+    @staticmethod
+    def _literal_walk(run: Run, segments: tuple[str, ...]) -> tuple[list[Node], bool]:
+        """Nodes at a literal path, and whether the walk passed only non-agent nodes."""
+        level, hits = run.roots, []
+        for segment in segments:
+            hits = [n for n in level if segment in n.spellings]
+            if not hits:
+                return [], False
+            if not any(n.is_agent for n in hits):
+                return hits, True
+            level = [child for n in hits for child in n.children]
+        return hits, False
+
     def _node_at(self, run: Run, path: WorkflowPath) -> Node | None:
-        candidates = [n for n in run.nodes() if len(n.lineage()) == len(path.segments)
-                      and matches(path.segments, n.elements())]
-        return candidates[0] if len(candidates) == 1 else None
+        hits, _ = self._literal_walk(run, path.segments)
+        hits = [n for n in hits if len(n.elements()) == len(path.segments)]
+        return hits[0] if len(hits) == 1 else None
 
     def _materialize(self, run: Run, path: WorkflowPath) -> Node:
         parent = None
@@ -392,20 +407,13 @@ class Workflows:
 
     def _agent_matches(self, run: Run, path: WorkflowPath) -> list[Node]:
         """Agent stages the path names; a literal path through a non-agent node is refused."""
-        hits = [n for n in run.nodes() if matches(path.segments, n.elements())]
+        if path.is_pattern:
+            return [n for n in run.nodes() if n.is_agent and matches(path.segments, n.elements())]
+        hits, non_agent = self._literal_walk(run, path.segments)
         agents = [n for n in hits if n.is_agent]
-        if not path.is_pattern and not agents:
-            if hits or self._through_non_agent(run, path):
-                raise BusError("non_agent_target", to=str(path))
+        if non_agent or (hits and not agents):
+            raise BusError("non_agent_target", to=str(path))
         return agents
-
-    def _through_non_agent(self, run: Run, path: WorkflowPath) -> bool:
-        for depth in range(1, len(path.segments)):
-            prefix = path.segments[:depth]
-            hits = [n for n in run.nodes() if len(n.lineage()) == depth and matches(prefix, n.elements())]
-            if hits and not any(n.is_agent for n in hits):
-                return True
-        return False
 
     def _live_session(self, node: Node) -> Session | None:
         return self.registry.by_id.get(node.session_id) if node.session_id else None
