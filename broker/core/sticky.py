@@ -120,12 +120,12 @@ def delivery_state(entry: Entry, node: Node, *, unavailable: bool, dormant: bool
     current = mine.get(node.transcript) if node.transcript else None
     if current == ACKED:
         return "delivered"
+    if node.terminal:
+        return "stage-terminal"     # ended without confirmed admission to its context
     if current == SENT:
         return "receipt-unverified"
     if mine and node.session_id is not None:
         return "session-replaced"
-    if node.terminal:
-        return "stage-terminal"
     if unavailable:
         return "delivery-unavailable"
     if dormant:

@@ -20,6 +20,7 @@ from schemas.errors import BusError
 from schemas.protocol import envelope
 
 from .commands import Send
+from .dedup import fingerprint
 from .paths import WorkflowPath, looks_like_path, matches, parse_path
 from .runs import AGENT, RUNNING, STATES, TERMINAL_STATES, Node, Run, build_nodes
 from .sessions import Session
@@ -60,6 +61,15 @@ class Workflows:
             entry = by_seq.get(seq)
             if entry is not None:
                 entry.deliveries[(key, transcript)] = state
+        for entry in by_seq.values():
+            # A sender retrying a queued send after the restart gets the same answer.
+            params = {"to": str(entry.target), "message": entry.message,
+                      "attachments": entry.attachments}
+            self.engine.messaging.ids.record(
+                entry.message_id, entry.sender_id, fingerprint("send", params),
+                {"queued": True, "position": self.sticky.count(entry.run_id, entry.target),
+                 "target": str(entry.target), "runId": entry.run_id,
+                 "messageId": entry.message_id, "deliveredTo": []})
 
     # -- authority ---------------------------------------------------------------------
 
@@ -175,6 +185,8 @@ class Workflows:
         if not path.is_pattern and len(agents) == 1:
             node = agents[0]
             live = self._live_session(node)
+            if live is session:
+                raise BusError("self_target")
             if live is not None:
                 entry = Entry(0, run.run_id, path, session.id, session.name, re, message,
                               attachments, now, False)
@@ -193,11 +205,12 @@ class Workflows:
             delivered = []
             for node in self._agent_matches(run, path):
                 live = self._live_session(node)
-                if live is not None and self._deliverable(node):
+                if live is not None and live.id != session.id and self._deliverable(node):
                     self._hand_over(entry, run, node, live, at, before_start=False)
                     delivered.append(live.id)
             answer = {"queued": True, "position": self.sticky.count(run.run_id, path),
-                      "target": str(path), "runId": run.run_id, "deliveredTo": delivered}
+                      "target": str(path), "runId": run.run_id, "messageId": re,
+                      "deliveredTo": delivered}
             if not agents:
                 answer["notInKnownSet"] = True
             self._answer(session.id, re, answer)

@@ -299,3 +299,46 @@ def test_invocation_controller_hears_about_stages_joining_owned_subgroups_one_wa
     assert bus.events(b"reviewer") == []
     bus.feed(b"reviewer", envelope("bye"))
     assert bus.events(b"host") == [("session_left", "reviewer")]
+
+
+def test_queued_answer_names_its_message_id():
+    bus = hosted()
+    assert queue(bus, b"host", "workflow:r1/plan", "m", msg_id="mine")["messageId"] == "mine"
+
+
+def test_stage_cannot_send_to_its_own_path_or_hear_its_own_broadcast():
+    bus = hosted()
+    stage(bus, "plan", "workflow:r1/plan")
+    stage(bus, "deep", "workflow:r1/review/deep")
+    assert send(bus, b"plan", "workflow:r1/plan")["code"] == "self_target"
+    answer = queue(bus, b"plan", "workflow:r1/**", "hello all")
+    assert answer["deliveredTo"] == [bus.engine.registry.by_identity[b"deep"].id]
+
+
+def test_ended_stage_without_admission_shows_stage_terminal():
+    bus = hosted()
+    queue(bus, b"host", "workflow:r1/plan", "p")
+    stage(bus, "plan", "workflow:r1/plan")
+    bus.feed(b"plan", envelope("bye"))
+    bus.workflow(b"host", "stage_state", runId="r1", stage="plan", state="completed")
+    (run,) = bus.call(b"host", "list")["workflows"]
+    row = next(r for r in run["stages"] if r["name"] == "plan")
+    assert [s["state"] for s in row["deliveryStates"]] == ["stage-terminal"]
+
+
+def test_queued_send_retried_after_a_restart_is_not_queued_twice():
+    bus = hosted()
+    out = bus.feed(b"host", envelope("call", id="k1", action="send", to="workflow:r1/plan", message="once"))
+    bus.commit()
+    (sticky_op,) = [c.op for c in out if isinstance(c, Persist) and c.op[0] == "sticky"]
+    host_id = bus.engine.registry.by_identity[b"host"].id
+    fresh = Engine(broker_id="restarted", limits=bus.engine.limits)
+    fresh.workflows.restore([bus.engine.workflows.runs["r1"].record()], [sticky_op[1:]], [])
+    fresh.receive(b"host2", envelope("hello", id="h", name="host", sessionId=host_id,
+                                     groups=["default", "workflow:r1"], homeGroup="default"), 5000.0)
+    out = fresh.receive(b"host2", envelope("call", id="k1", action="send", to="workflow:r1/plan",
+                                           message="once"), 5000.0)
+    answer = result_for(out, b"host2", "k1")
+    assert answer["queued"] is True and answer["messageId"] == "k1"
+    assert not any(isinstance(c, Persist) and c.op[0] == "sticky" for c in out)
+    assert len(list(fresh.workflows.sticky.entries("r1"))) == 1
