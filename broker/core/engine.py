@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from schemas.errors import BusError, error_text
+from schemas.errors import BusError
 from schemas.groups import clean_group, resolve_home_group
 from schemas.limits import (ASK_TIMEOUT_S, LIVENESS_S, MAX_NAME_CHARS, MAX_PENDING_ASKS,
                             PROTOCOL_VERSION)
@@ -392,4 +392,4 @@ _KINDS: dict[str, Callable[[Engine, Session, dict, str | None, float], None]] = 
     "status": _on_status,
 }
 
-__all__ = ["Engine", "IdentityRecord", "Limits", "token_hash", "error_text"]
+__all__ = ["Engine", "IdentityRecord", "Limits", "token_hash"]
