@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math as _math
+
+_UTC = _dt.timezone.utc
+_FORMAT = "%Y-%m-%d %H:%M:%S UTC"
+# The last stamp made, as (whole second, text): a burst of messages shares its second,
+# and strftime is most of what rendering a body costs. One tuple, replaced whole, so
+# readers on other threads always see a matching pair.
+_last_stamp: tuple[int, str] = (0, _dt.datetime.fromtimestamp(0, _UTC).strftime(_FORMAT))
 
 
 def _stamp(sent_at: float | None) -> str:
     if not isinstance(sent_at, (int, float)):
         return "unknown time"
-    return _dt.datetime.fromtimestamp(sent_at, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    global _last_stamp
+    try:
+        second = _math.floor(sent_at)
+        # fromtimestamp rounds to whole microseconds: a fraction this close to the next
+        # second may round up into it, so only smaller ones share the cached second.
+        if sent_at - second >= 0.999999:
+            return _dt.datetime.fromtimestamp(sent_at, _UTC).strftime(_FORMAT)
+        last = _last_stamp
+        if last[0] == second:
+            return last[1]
+        text = _dt.datetime.fromtimestamp(second, _UTC).strftime(_FORMAT)
+    except (OverflowError, OSError, ValueError):   # nan, inf, or out of the platform's range
+        return "unknown time"
+    _last_stamp = (second, text)
+    return text
 
 
 def render_attachments(attachments: list[dict]) -> str:
@@ -22,18 +44,19 @@ def render_attachments(attachments: list[dict]) -> str:
 
 def render_body(msg: dict, reply_hint: bool = True) -> str:
     """The agent-visible body of an inbound message."""
-    header = f"Message from {msg.get('fromName')} ({msg.get('from')})"
-    if msg.get("receivedBeforeStart"):
+    get = msg.get
+    header = f"Message from {get('fromName')} ({get('from')})"
+    if get("receivedBeforeStart"):
         header = f"Messages received before you started\n{header}"
-    lines = [header, f"Sent: {_stamp(msg.get('sentAt'))}", "", msg.get("message", "")]
-    attachments = msg.get("attachments") or []
+    text = f"{header}\nSent: {_stamp(get('sentAt'))}\n\n{get('message', '')}"
+    attachments = get("attachments")
     if attachments:
-        lines += ["", render_attachments(attachments)]
+        text = f"{text}\n\n{render_attachments(attachments)}"
     if reply_hint:
-        if msg.get("expectsReply"):
-            lines += ["", f'They are waiting for your answer: intercom({{action: "reply", '
-                          f'replyTo: "{msg.get("id")}", message: "..."}})']
-        elif not msg.get("replyTo"):
-            lines += ["", f'To answer: intercom({{action: "send", to: "{msg.get("from")}", '
-                          f'message: "..."}})']
-    return "\n".join(lines)
+        if get("expectsReply"):
+            text += (f'\n\nThey are waiting for your answer: intercom({{action: "reply", '
+                     f'replyTo: "{get("id")}", message: "..."}})')
+        elif not get("replyTo"):
+            text += (f'\n\nTo answer: intercom({{action: "send", to: "{get("from")}", '
+                     f'message: "..."}})')
+    return text

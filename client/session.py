@@ -8,17 +8,19 @@ Every failure, a bad parameter included, comes back as ``{"ok": False, "code",
 
 from __future__ import annotations
 
+import collections
+import itertools
 import os
-import queue
+import random
 import threading
-import uuid
+import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
 from schemas.config import Config, load_config
 from schemas.errors import BusError, error_reply
 from schemas.groups import env_group, resolve_home_group
-from schemas.limits import CALL_TIMEOUT_S
+from schemas.limits import CALL_TIMEOUT_S, PROTOCOL_VERSION
 from schemas.paths import router_endpoint
 from schemas.protocol import SESSION_KINDS, envelope
 from schemas.tools import intercom_params_problem
@@ -37,8 +39,80 @@ class ConnectError(Exception):
         self.code = code
 
 
+_bits = random.getrandbits
+_V4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_V4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
 def new_message_id() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID string, without uuid4()'s urandom call and UUID object.
+
+    Message ids need to be unique, not secret: the ``random`` generator (seeded from
+    urandom, reseeded in forked children) gives 122 random bits like uuid4 does.
+    """
+    h = f"{_bits(128) & _V4_CLEAR | _V4_SET:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+class _Waitable:
+    """A FIFO any thread may take from, filled in batches by the transport."""
+
+    def __init__(self) -> None:
+        self.items: collections.deque[dict] = collections.deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    def put_all(self, items: list[dict]) -> None:
+        self.items.extend(items)
+        if self._waiting:        # read after extend: a waiter that registered later sees them
+            with self._cond:
+                self._cond.notify(len(items))
+
+    def take(self, timeout: float | None,
+             serve: Callable[[Callable[[], int], float | None], bool] | None = None) -> dict | None:
+        """The oldest item, waiting up to ``timeout`` seconds (None: no limit).
+
+        ``serve(done, deadline)``, when given, services the connection on this thread
+        until ``done()`` if the connection is free (returns False if not): the item is
+        then read by the thread that waits for it, with no hand-over.
+        """
+        if timeout is not None and timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        items = self.items
+        try:
+            return items.popleft()
+        except IndexError:
+            pass
+        deadline = None
+        if timeout is not None:
+            if timeout == 0:
+                return None
+            deadline = time.monotonic() + timeout
+        if serve is not None:
+            while serve(items.__len__, deadline):
+                try:
+                    return items.popleft()
+                except IndexError:   # another thread took it, or the session is closing
+                    pass
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+        with self._cond:
+            self._waiting += 1
+            try:
+                while True:
+                    try:
+                        return items.popleft()
+                    except IndexError:
+                        pass
+                    if deadline is None:
+                        self._cond.wait()
+                    else:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return None
+                        self._cond.wait(left)
+            finally:
+                self._waiting -= 1
 
 
 class Session:
@@ -67,15 +141,20 @@ class Session:
         self.home_group: str | None = None
         self.groups: list[str] = []
         self.parent_id: str | None = None
-        self._inbox: queue.Queue[dict] = queue.Queue()
-        self._events: queue.Queue[dict] = queue.Queue()
+        self._inbox = _Waitable()         # msg envelopes as they came (v and k still in)
+        self._events = _Waitable()
+        # Pipelined sends get cheap ids: a random prefix of this session (96 bits from
+        # urandom) and a counter, so they are unique without a UUID each. They are
+        # never asks, so nobody needs to reply to them by an 8-hex prefix.
+        self._bulk_prefix = os.urandom(12).hex() + "-"
+        self._bulk_next = itertools.count().__next__
         self._current: dict | None = None
         self._asks_waiting = 0
         self._supervisor_waiting = False
         self._welcome: Future = Future()
         self._closed = False
         self._lock = threading.Lock()
-        self._transport = Transport(endpoint, self._on_message, self._hello, self._on_welcome)
+        self._transport = Transport(endpoint, self._on_inbound, self._hello, self._on_welcome)
 
     # -- connection ------------------------------------------------------------------
 
@@ -116,14 +195,13 @@ class Session:
             self._transport.close(0.5)
             raise ConnectError(result.get("code", "internal_error"), result.get("error", ""))
 
-    def _on_message(self, env: dict) -> None:
-        if env["k"] == "msg":
-            msg = {k: v for k, v in env.items() if k not in ("v", "k")}
-            msg["body"] = render_body(msg, self.config.replyHint)
-            self._inbox.put(msg)
-        else:
-            event = {k: v for k, v in env.items() if k not in ("v", "k")}
-            self._events.put(event)
+    def _on_inbound(self, msgs: list[dict], events: list[dict]) -> None:
+        # Runs on the thread servicing the socket: queue only. Envelope keys are
+        # stripped and the body rendered when the message is taken (receive()).
+        if msgs:
+            self._inbox.put_all(msgs)
+        if events:
+            self._events.put_all(events)
 
     @property
     def connected(self) -> bool:
@@ -136,11 +214,7 @@ class Session:
                 return
             self._closed = True
         if self.connected:
-            future = self._transport.request(envelope("bye", id=new_message_id()))
-            try:
-                future.result(2.0)
-            except TimeoutError:
-                pass
+            self._transport.call(envelope("bye", id=new_message_id()), 2.0)
         self._transport.close()
 
     def __enter__(self) -> Session:
@@ -216,33 +290,41 @@ class Session:
     def _call(self, kind: str, fields: dict, timeout: float = CALL_TIMEOUT_S) -> dict[str, Any]:
         if self._closed:
             return error_reply("session_closed")
-        msg_id = new_message_id()
-        future = self._transport.request(envelope(kind, id=msg_id, **fields))
-        try:
-            return future.result(timeout)
-        except TimeoutError:
-            self._transport.forget(msg_id)
+        result = self._transport.call(envelope(kind, id=new_message_id(), **fields), timeout)
+        if result is None:
             return error_reply("broker_unavailable", timeout_s=timeout)
+        if result.get("ok") and (fields.get("action") in ("join", "leave")
+                                 or fields.get("op") == "register_run"):
+            # Acknowledged membership changes are what a reconnect restores; rejected
+            # or unanswered ones leave the remembered set as it was.
+            self.groups = list(result["groups"])
+        return result
 
     def send_nowait(self, to: str, message: str, attachments: list | None = None) -> Future:
         """Pipelined send: returns at once; the future gets the result dict.
 
         For bulk senders: many sends share frames, so throughput is not bound by
-        round trips. Parameters are checked by the broker.
+        round trips. Parameters are checked by the broker. A live delivery resolves
+        to ``{"ok": True, "delivered": True, "messageId": id}`` (acknowledged in
+        batches), a queued workflow send to the full ``queued`` answer, a failure to
+        the usual error dict.
         """
-        fields: dict[str, Any] = {"action": "send", "to": to, "message": message}
+        env = {"v": PROTOCOL_VERSION, "k": "call", "id": f"{self._bulk_prefix}{self._bulk_next():x}",
+               "action": "send", "to": to, "message": message, "quiet": True}
         if attachments:
-            fields["attachments"] = attachments
-        return self._transport.request(envelope("call", id=new_message_id(), **fields))
+            env["attachments"] = attachments
+        return self._transport.request(env)
 
     # -- inbound ----------------------------------------------------------------------
 
     def receive(self, timeout: float | None = None) -> dict | None:
         """The next inbound message (it becomes the current turn), or None on timeout."""
-        try:
-            msg = self._inbox.get(timeout=timeout)
-        except queue.Empty:
+        msg = self._inbox.take(timeout, self._transport.serve_until)
+        if msg is None:
             return None
+        msg.pop("v", None)
+        msg.pop("k", None)
+        msg["body"] = render_body(msg, self.config.replyHint)
         self._current = msg
         if msg.get("ackRequired") and not self._closed:
             # Taking the message is admission to this session's context: tell the broker.
@@ -251,10 +333,11 @@ class Session:
 
     def next_event(self, timeout: float | None = None) -> dict | None:
         """The next in-band presence event, or None on timeout."""
-        try:
-            return self._events.get(timeout=timeout)
-        except queue.Empty:
-            return None
+        event = self._events.take(timeout)
+        if event is not None:
+            event.pop("v", None)
+            event.pop("k", None)
+        return event
 
     # -- workflow hosting ------------------------------------------------------------------
 

@@ -1,20 +1,40 @@
-"""The client's connection: one IO thread that owns the DEALER socket.
+"""The client's connection: one DEALER socket, serviced by whichever thread holds it.
 
-ZeroMQ sockets are not thread-safe, so callers on any thread hand envelopes to the IO
-thread through a deque and a wake-up pipe, and wait on futures. The IO thread
-coalesces everything waiting into batch frames (one frame, many envelopes), sends a
-heartbeat when idle, and takes the session back after the broker restarts or forgets
-it: it says hello again with the session's id and token, then resends every request
-still owed an answer, under the same ids (the broker deduplicates them).
+ZeroMQ sockets are not thread-safe, so the socket is touched only by the holder of
+``_io_lock``. Usually that is the IO thread: it sleeps in an OS-level poll on the
+socket's ZMQ_FD and a wake-up eventfd *without* the lock, then takes the lock to
+flush what callers queued (coalesced into batch frames: one frame, many envelopes),
+read what arrived, send a heartbeat when idle, and take the session back after the
+broker restarts or forgets it: it says hello again with the session's id and token,
+then resends every request still owed an answer, under the same ids (the broker
+deduplicates them).
+
+A blocking call (:meth:`Transport.call`) made while nobody holds the lock skips both
+thread hand-offs: the calling thread takes the lock, sends its request itself and
+services the socket until its own answer is in (answering everyone else's requests
+and queueing inbound messages on the way, heartbeats included), then gives the
+socket back. Pipelined requests (:meth:`Transport.request`) go through the outbox.
+
+Invariant that makes the shared-socket scheme sound: whoever releases ``_io_lock``
+has just seen ZMQ_EVENTS without POLLIN after its last send, so the edge-triggered
+ZMQ_FD signals the IO thread for anything that arrives later.
+
+Answers resolve :class:`Reply` objects: ``concurrent.futures.Future`` subclasses that
+share one condition per transport, so making one is cheap and a whole frame of
+answers is resolved under one lock acquisition.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import os
+import select
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
+from concurrent.futures._base import (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING,
+                                      RUNNING)
 from typing import Any, Callable
 
 import zmq
@@ -23,67 +43,112 @@ from schemas.errors import BusError
 from schemas.limits import HEARTBEAT_S, LIVENESS_S, MAX_BATCH
 from schemas.protocol import envelope, pack, unpack_frame
 
-_NOBLOCK = zmq.NOBLOCK
+_EPOLL = hasattr(select, "epoll")
+_NOBLOCK = int(zmq.NOBLOCK)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_IDLE_POLL_S = HEARTBEAT_S / 2
+_OPEN = (PENDING, RUNNING)
+_DONE = (FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED)
+_ACKED = {"ok": True, "delivered": True}
+# How long a caller waits for the IO thread to finish servicing the socket before it
+# hands its call over instead of running it itself.
+_TAKE_OVER_WAIT_S = 0.005
+
+
+class Reply(Future):
+    """A Future for one request's answer, sharing its transport's condition.
+
+    Cheaper to make than a plain Future (no Condition of its own) and resolved in
+    batches by the transport. Since one condition serves many replies, waits loop
+    until this reply is done. Everything else (done, cancel, callbacks,
+    ``concurrent.futures.wait``/``as_completed``) is Future's own code.
+    """
+
+    # Future's fields; the first three are class defaults until first assigned.
+    _state = PENDING
+    _result = None
+    _exception = None
+
+    def __init__(self, condition: threading.Condition) -> None:   # noqa: super not called
+        self._condition = condition
+        self._waiters = []
+        self._done_callbacks = []
+
+    def _wait_done(self, timeout: float | None) -> bool:
+        """With the condition held: wait until done; False on timeout."""
+        if self._state in _DONE:
+            return True
+        if timeout is None:
+            while self._state not in _DONE:
+                self._condition.wait()
+            return True
+        deadline = time.monotonic() + timeout
+        while self._state not in _DONE:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._condition.wait(left)
+        return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state is FINISHED and self._exception is None:
+            return self._result       # answered: no lock needed, the state is final
+        with self._condition:
+            if not self._wait_done(timeout):
+                raise TimeoutError()
+            if self._state is not FINISHED:
+                raise CancelledError()
+            if self._exception is not None:
+                raise self._exception
+            return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        with self._condition:
+            if not self._wait_done(timeout):
+                raise TimeoutError()
+            if self._state is not FINISHED:
+                raise CancelledError()
+            return self._exception
 
 
 class Transport:
-    """Owns the DEALER socket on its own thread. Thread-safe public methods."""
+    """Owns the DEALER socket; thread-safe public methods.
 
-    def __init__(self, endpoint: str, on_message: Callable[[dict], None],
+    ``on_inbound(msgs, events)`` gets the ``msg`` and ``event`` envelopes of each read,
+    in arrival order, before the answers that arrived with or after them are resolved.
+    It runs on whichever thread services the socket and must not block.
+    """
+
+    def __init__(self, endpoint: str, on_inbound: Callable[[list, list], None],
                  hello: Callable[[], dict], on_welcome: Callable[[dict], None]) -> None:
         self.endpoint = endpoint
-        self._on_message = on_message
+        self._on_inbound = on_inbound
         self._hello = hello              # builds the hello envelope for (re)connects
         self._on_welcome = on_welcome
         self._outbox: collections.deque[dict] = collections.deque()
-        self._owed: dict[str, tuple[dict, Future]] = {}   # id -> (request, future)
+        self._owed: dict[str, tuple[dict, Reply]] = {}   # id -> (request, reply)
         self._owed_lock = threading.Lock()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._dead = False               # closed: new requests fail at once
+        # Shared by all replies. Reentrant, as each Future's own is: concurrent.futures
+        # wait() and as_completed() take the conditions of all their futures at once.
+        self._cond = threading.Condition(threading.RLock())
+        self._io_lock = threading.Lock()  # held by whoever touches the socket
+        self._leading = False             # a caller (not the IO thread) holds _io_lock
+        if hasattr(os, "eventfd"):
+            self._wake_r = self._wake_w = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        else:  # pragma: no cover - non-Linux
+            self._wake_r, self._wake_w = os.pipe()
+            os.set_blocking(self._wake_r, False)
+            os.set_blocking(self._wake_w, False)
         self._wake_pending = False
+        self._fds_closed = False
         self._closing = False
         self._hello_id: str | None = None
         self.connected = threading.Event()
         self.last_heard = 0.0
+        self._last_sent = 0.0
         self._ctx = zmq.Context.instance()
-        self._thread = threading.Thread(target=self._run, name="intercom-client", daemon=True)
-        self._thread.start()
-
-    # -- public, any thread ---------------------------------------------------------
-
-    def request(self, env: dict) -> Future:
-        """Send a request envelope (with ``id``); the future gets the broker's result."""
-        future: Future = Future()
-        with self._owed_lock:
-            self._owed[env["id"]] = (env, future)
-        self.post(env)
-        return future
-
-    def post(self, env: dict) -> None:
-        """Send an envelope that expects no answer."""
-        self._outbox.append(env)
-        if not self._wake_pending:
-            self._wake_pending = True
-            try:
-                os.write(self._wake_w, b"x")
-            except BlockingIOError:
-                pass
-
-    def close(self, timeout: float = 2.0) -> None:
-        self._closing = True
-        self.post(envelope("wake"))
-        self._thread.join(timeout)
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fail_owed(BusError("session_closed"))
-
-    # -- IO thread ----------------------------------------------------------------------
-
-    def _run(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)
         sock.linger = 1000
         sock.sndhwm = 100_000
@@ -92,103 +157,297 @@ class Transport:
         sock.reconnect_ivl_max = 1000
         sock.connect(self.endpoint)
         self._sock = sock
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        self._say_hello()
-        last_sent = time.monotonic()
+        self._sock_open = True
+        self._recv = sock.recv
+        self._send_frame = sock.send
+        self._getsockopt = sock.getsockopt
+        self._sock_fd = sock_fd = sock.getsockopt(zmq.FD)
+        # The IO thread sleeps in epoll (used without the lock); a leading caller
+        # switches the socket's fd off there while it services the socket itself, so
+        # its answer does not wake the IO thread too. Leaders poll with their own
+        # poller, used only under the lock (poll objects must not be shared).
+        if _EPOLL:
+            self._io_poller = select.epoll()
+            self._io_poller.register(sock_fd, select.EPOLLIN)
+            self._io_poller.register(self._wake_r, select.EPOLLIN)
+        else:  # pragma: no cover - no epoll: leaders cannot stop the IO thread waking
+            self._io_poller = select.poll()
+            self._io_poller.register(sock_fd, select.POLLIN)
+            self._io_poller.register(self._wake_r, select.POLLIN)
+        self._lead_poller = select.poll()
+        self._lead_poller.register(sock_fd, select.POLLIN)
+        self._lead_poller.register(self._wake_r, select.POLLIN)
+        self._thread = threading.Thread(target=self._run, name="intercom-client", daemon=True)
+        self._thread.start()
+
+    # -- public, any thread ---------------------------------------------------------
+
+    def request(self, env: dict) -> Reply:
+        """Send a request envelope (with ``id``); the future gets the broker's result."""
+        reply = self._register(env)
+        if reply._state is PENDING:
+            self._outbox.append(env)
+            if not self._wake_pending:
+                self._wake()
+        return reply
+
+    def call(self, env: dict, timeout: float) -> dict | None:
+        """Send a request and wait for its result; None after ``timeout`` seconds.
+
+        When the socket is free, this thread sends and services it itself until the
+        answer is in, instead of handing the request to the IO thread and waiting
+        to be woken.
+        """
+        deadline = time.monotonic() + timeout
+        reply = self._register(env)
+        if reply._state is PENDING:
+            self._outbox.append(env)
+            if not self.serve_until(lambda: reply._state is not PENDING, deadline):
+                if not self._wake_pending:
+                    self._wake()
         try:
-            while not self._closing:
-                ready = dict(poller.poll(HEARTBEAT_S * 1000 / 2))
-                if self._wake_r in ready:
-                    self._wake_pending = False
-                    try:
-                        os.read(self._wake_r, 4096)
-                    except BlockingIOError:
-                        pass
-                if sock in ready:
-                    self._drain(sock)
-                if self._outbox:
-                    self._flush(sock)
-                    last_sent = time.monotonic()
-                now = time.monotonic()
-                if now - last_sent >= HEARTBEAT_S:
-                    self._send(sock, [envelope("hb")])
-                    last_sent = now
-                if self.connected.is_set() and now - self.last_heard > LIVENESS_S:
-                    # The broker went quiet: assume it restarted and take the session back.
-                    self.connected.clear()
-                    self._say_hello()
-            if self._outbox:
-                self._flush(sock)
+            return reply.result(max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            self.forget(env["id"])
+            return None
+
+    def serve_until(self, done: Callable[[], bool], deadline: float | None) -> bool:
+        """Service the socket on this thread until ``done()``, the monotonic
+        ``deadline`` (None: no limit) or close, if the socket is free; False if it
+        is not (another caller holds it, or the transport is closing)."""
+        lock = self._io_lock
+        if not (lock.acquire(False) or (not self._leading
+                                        and lock.acquire(True, _TAKE_OVER_WAIT_S))):
+            return False
+        try:
+            if not self._sock_open or self._closing:
+                return False
+            self._leading = True
+            self._io_watch(False)
+            try:
+                self._lead(done, deadline)
+            finally:
+                # Level-triggered: this wakes the IO thread at once if input is waiting.
+                self._io_watch(True)
+            return True
         finally:
-            sock.close()
+            self._leading = False
+            lock.release()
+
+    def post(self, env: dict) -> None:
+        """Send an envelope that expects no answer."""
+        self._outbox.append(env)
+        if not self._wake_pending:
+            self._wake()
+
+    def close(self, timeout: float = 2.0) -> None:
+        self._closing = True
+        self._wake()
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            # Only once nobody polls them any more (a thread still stuck holding the
+            # socket keeps them open: better a leak than a reused descriptor).
+            self._fds_closed = True
+            for fd in {self._wake_r, self._wake_w}:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fail_owed(BusError("session_closed"))
+
+    def forget(self, msg_id: str) -> None:
+        """Stop waiting for ``msg_id`` (the caller gave up on it)."""
+        with self._owed_lock:
+            self._owed.pop(msg_id, None)
+
+    # -- internals shared by the IO thread and leading callers -----------------------------
+
+    def _register(self, env: dict) -> Reply:
+        """A reply owed for ``env``; already failed when the transport is closed."""
+        reply = Reply(self._cond)
+        with self._owed_lock:
+            if not self._dead:
+                self._owed[env["id"]] = (env, reply)
+                return reply
+        reply.set_result(BusError("session_closed").reply())
+        return reply
+
+    def _wake(self) -> None:
+        self._wake_pending = True
+        if self._fds_closed:
+            return
+        try:
+            if self._wake_w == self._wake_r:
+                os.eventfd_write(self._wake_w, 1)
+            else:  # pragma: no cover - pipe fallback
+                os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass   # already readable (pipe full), or closed during close()
+
+    def _clear_wake(self) -> None:
+        self._wake_pending = False    # before the flush: a later post wakes again
+        try:
+            if self._wake_w == self._wake_r:
+                os.eventfd_read(self._wake_r)
+            else:  # pragma: no cover - pipe fallback
+                os.read(self._wake_r, 4096)
+        except (BlockingIOError, OSError):
+            pass
+
+    def _lead(self, done: Callable[[], bool], deadline: float | None) -> None:
+        """Holding ``_io_lock``: service the socket until ``done()``, the deadline
+        passes or the transport closes."""
+        poll = self._lead_poller.poll
+        wake_fd = self._wake_r
+        self._service()
+        while not done() and not self._closing:
+            if deadline is None:
+                wait_s = _IDLE_POLL_S
+            else:
+                wait_s = deadline - time.monotonic()
+                if wait_s <= 0:
+                    return
+                if wait_s > _IDLE_POLL_S:
+                    wait_s = _IDLE_POLL_S
+            ready = poll(math.ceil(wait_s * 1000))
+            for fd, _ in ready:
+                if fd == wake_fd:
+                    self._clear_wake()
+            self._timers(time.monotonic())
+            self._service()
+
+    def _io_watch(self, on: bool) -> None:
+        """Switch the IO thread's watch of the socket on or off (while a caller leads)."""
+        if _EPOLL:
+            self._io_poller.modify(self._sock_fd, select.EPOLLIN if on else 0)
+
+    def _service(self) -> None:
+        """Holding ``_io_lock``: send what is queued, read what arrived, until both
+        are done; ends with a read that found nothing (see the module invariant)."""
+        outbox = self._outbox
+        while True:
+            if outbox:
+                self._flush()
+            self._drain()
+            if not outbox:
+                return
+
+    def _timers(self, now: float) -> float:
+        """Heartbeat and liveness; returns seconds until they next need a look."""
+        if now - self._last_sent >= HEARTBEAT_S:
+            self._send([envelope("hb")])
+        if self.connected.is_set() and now - self.last_heard > LIVENESS_S:
+            # The broker went quiet: assume it restarted and take the session back.
+            self.connected.clear()
+            self._say_hello()
+        return _IDLE_POLL_S
 
     def _say_hello(self) -> None:
         hello = self._hello()
         self._hello_id = hello["id"]
         self._outbox.appendleft(hello)
 
-    def _flush(self, sock: zmq.Socket) -> None:
-        batch = []
+    def _flush(self) -> None:
         outbox = self._outbox
+        popleft = outbox.popleft
         while outbox:
-            env = outbox.popleft()
-            if env.get("k") == "wake":
-                continue
-            batch.append(env)
-            if len(batch) == MAX_BATCH:
-                self._send(sock, batch)
-                batch = []
-        if batch:
-            self._send(sock, batch)
+            n = len(outbox)
+            if n == 1:
+                self._send(popleft())
+            else:
+                if n > MAX_BATCH:
+                    n = MAX_BATCH
+                self._send([popleft() for _ in range(n)])
 
-    def _send(self, sock: zmq.Socket, batch: list[dict]) -> None:
-        frame = pack(batch[0] if len(batch) == 1 else batch)
+    def _send(self, value: dict | list[dict]) -> None:
+        frame = pack(value)
         try:
-            sock.send(frame, _NOBLOCK)
+            self._send_frame(frame, _NOBLOCK)
         except zmq.Again:
-            sock.send(frame)   # queue full: wait for room rather than lose a request
+            self._send_frame(frame)   # queue full: wait for room rather than lose a request
+        self._last_sent = time.monotonic()
 
-    def _drain(self, sock: zmq.Socket) -> None:
-        while True:
+    def _drain(self) -> None:
+        recv, getsockopt = self._recv, self._getsockopt
+        msgs: list[dict] = []
+        events: list[dict] = []
+        answers: list[tuple[str, dict]] = []
+        while getsockopt(_EVENTS) & _POLLIN:
             try:
-                frame = sock.recv(_NOBLOCK)
+                frame = recv(_NOBLOCK)
             except zmq.Again:
-                return
+                break
             self.last_heard = time.monotonic()
             try:
                 envs = unpack_frame(frame)
             except BusError:
                 continue
             for env in envs:
-                self._dispatch(env)
+                kind = env.get("k")
+                if kind == "result":
+                    re = env.get("re")
+                    if re is not None and re == self._hello_id:
+                        self._deliver(msgs, events, answers)
+                        msgs, events, answers = [], [], []
+                        self._welcomed(env)
+                    elif env.get("code") == "not_connected":
+                        if self.connected.is_set():
+                            self.connected.clear()
+                            self._say_hello()
+                        # the request is resent after the new welcome
+                    elif isinstance(re, str):
+                        env.pop("v", None)
+                        del env["k"]
+                        del env["re"]
+                        answers.append((re, env))
+                elif kind == "msg":
+                    msgs.append(env)
+                elif kind == "acks":
+                    ids = env.get("ids")
+                    if isinstance(ids, list):
+                        for re in ids:
+                            if isinstance(re, str):
+                                answers.append((re, {**_ACKED, "messageId": re}))
+                elif kind == "event":
+                    events.append(env)
+        if msgs or events or answers:
+            self._deliver(msgs, events, answers)
 
-    def _dispatch(self, env: dict) -> None:
-        kind = env.get("k")
-        if kind == "result":
-            re = env.get("re")
-            if re is not None and re == self._hello_id:
-                self._welcomed(env)
-                return
-            if env.get("code") == "not_connected":
-                if self.connected.is_set():
-                    self.connected.clear()
-                    self._say_hello()
-                return   # the request is resent after the new welcome
-            with self._owed_lock:
-                owed = self._owed.pop(re, None) if re is not None else None
-            if owed is not None:
-                owed[1].set_result(_strip(env))
-        elif kind in ("msg", "event"):
-            self._on_message(env)
+    def _deliver(self, msgs: list, events: list, answers: list) -> None:
+        """Queue inbound envelopes, then resolve the answers that came with them."""
+        if msgs or events:
+            self._on_inbound(msgs, events)
+        if not answers:
+            return
+        owed = self._owed
+        with self._owed_lock:
+            done = [(entry[1], value) for re, value in answers
+                    if (entry := owed.pop(re, None)) is not None]
+        if done:
+            self._resolve(done)
+
+    def _resolve(self, done: list[tuple[Reply, Any]]) -> None:
+        callbacks = []
+        with self._cond:
+            for reply, value in done:
+                if reply._state in _OPEN:
+                    reply._result = value
+                    reply._state = FINISHED
+                    if reply._waiters:
+                        for waiter in reply._waiters:
+                            waiter.add_result(reply)
+                    if reply._done_callbacks:
+                        callbacks.append(reply)
+            self._cond.notify_all()
+        for reply in callbacks:
+            reply._invoke_callbacks()
 
     def _welcomed(self, env: dict) -> None:
         self._hello_id = None
+        result = _strip(env)
+        self._on_welcome(result)
         if not env.get("ok"):
-            self._on_welcome(_strip(env))
             return
-        self._on_welcome(_strip(env))
         self.connected.set()
         with self._owed_lock:
             pending = [request for request, _ in self._owed.values()]
@@ -196,15 +455,39 @@ class Transport:
 
     def _fail_owed(self, error: BusError) -> None:
         with self._owed_lock:
+            self._dead = True
             owed, self._owed = self._owed, {}
-        for _, future in owed.values():
-            if not future.done():
-                future.set_result(error.reply())
+        self._resolve([(reply, error.reply()) for _, reply in owed.values()])
 
-    def forget(self, msg_id: str) -> None:
-        """Stop waiting for ``msg_id`` (the caller gave up on it)."""
-        with self._owed_lock:
-            self._owed.pop(msg_id, None)
+    # -- IO thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        poll = self._io_poller.poll
+        lock = self._io_lock
+        wake_fd = self._wake_r
+        ready: list = []
+        try:
+            with lock:
+                self._say_hello()
+                self._service()
+            while True:
+                with lock:
+                    if self._closing:
+                        if self._sock_open and self._outbox:
+                            self._flush()
+                        break
+                    for fd, _ in ready:
+                        if fd == wake_fd:
+                            self._clear_wake()
+                    wait_s = self._timers(time.monotonic())
+                    self._service()
+                ready = poll(wait_s if _EPOLL else wait_s * 1000)
+        finally:
+            with lock:
+                self._sock_open = False
+                self._sock.close()
+                if _EPOLL:
+                    self._io_poller.close()
 
 
 def _strip(env: dict) -> dict[str, Any]:
