@@ -367,7 +367,12 @@ class Session:
     # -- lifecycle ---------------------------------------------------------------------
 
     def set_status(self, status: str) -> dict[str, Any]:
-        """Publish lifecycle status: ``idle``, ``thinking`` or ``tool:<name>``."""
+        """Publish lifecycle status: ``idle``, ``thinking`` or ``tool:<name>``.
+
+        A noninteractive child may also report ``completed``, ``failed``,
+        ``interrupted`` or ``cancelled``: it then refuses new asks and its pending
+        asks fail (as :meth:`mark_terminal`).
+        """
         if not isinstance(status, str):
             return error_reply("invalid_status")
         return self._call("status", {"status": status})

@@ -233,6 +233,8 @@ class Transport:
         finally:
             self._leading = False
             lock.release()
+            if self._closing:
+                self._wake()    # the IO thread's close signal may have been read by this leader
 
     def post(self, env: dict) -> None:
         """Send an envelope that expects no answer."""
@@ -285,7 +287,8 @@ class Transport:
             pass   # already readable (pipe full), or closed during close()
 
     def _clear_wake(self) -> None:
-        self._wake_pending = False    # before the flush: a later post wakes again
+        """Consume the wake-up, then clear the flag, both before the flush: a post that
+        saw the flag still set is flushed now, and any later post wakes again."""
         try:
             if self._wake_w == self._wake_r:
                 os.eventfd_read(self._wake_r)
@@ -293,6 +296,7 @@ class Transport:
                 os.read(self._wake_r, 4096)
         except (BlockingIOError, OSError):
             pass
+        self._wake_pending = False
 
     def _lead(self, done: Callable[[], bool], deadline: float | None) -> None:
         """Holding ``_io_lock``: service the socket until ``done()``, the deadline

@@ -45,7 +45,8 @@ _TABLE = [
     ErrorSpec("invalid_group", "request", "Group name must be a non-empty string of at most {limit} characters"),
     ErrorSpec("reserved_group", "request", "Group name {group!r} is reserved for subagent auto-groups"),
     ErrorSpec("invalid_name", "request", "Session name must be a non-empty string of at most {limit} characters"),
-    ErrorSpec("invalid_status", "request", "Status must be 'idle', 'thinking' or 'tool:<name>'"),
+    ErrorSpec("invalid_status", "request", "Status must be 'idle', 'thinking' or 'tool:<name>' "
+              "(a noninteractive child may also report completed, failed, interrupted or cancelled)"),
     ErrorSpec("message_id_conflict", "request", "Message id {id!r} was already used for a different message"),
     # -- target --------------------------------------------------------------------
     ErrorSpec("target_not_found", "target", "No session you can see matches {to!r}; use intercom list to find targets"),

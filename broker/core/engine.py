@@ -370,12 +370,14 @@ def _on_bye(engine: Engine, session: Session, env: dict, re: str | None, now: fl
 def _on_status(engine: Engine, session: Session, env: dict, re: str | None, now: float) -> None:
     check_fields(env, STATUS_FIELDS)
     status = env.get("status")
+    capability = env.get("replyCapability")
     if status is not None:
-        if not (status in ("idle", "thinking") or
-                (status.startswith("tool:") and 5 < len(status) <= MAX_NAME_CHARS)):
+        if status in TERMINAL_CHILD_STATUSES and session.kind == "noninteractive":
+            capability = "terminal"   # a finished child cannot answer asks any more
+        elif not (status in ("idle", "thinking") or
+                  (status.startswith("tool:") and 5 < len(status) <= MAX_NAME_CHARS)):
             raise BusError("invalid_status")
         session.status = status
-    capability = env.get("replyCapability")
     if capability is not None:
         if capability not in ("live", "terminal"):
             raise BusError("bad_envelope", detail="replyCapability must be 'live' or 'terminal'")
@@ -384,6 +386,8 @@ def _on_status(engine: Engine, session: Session, env: dict, re: str | None, now:
     if re is not None:
         engine.reply(session, re, {"status": session.status_text})
 
+
+TERMINAL_CHILD_STATUSES = frozenset({"completed", "failed", "interrupted", "cancelled"})
 
 _KINDS: dict[str, Callable[[Engine, Session, dict, str | None, float], None]] = {
     "call": _on_call,

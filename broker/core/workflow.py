@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from schemas.errors import BusError
 from schemas.protocol import envelope
 
+from . import hosting
 from .commands import Send
 from .dedup import fingerprint
-from .paths import WorkflowPath, looks_like_path, matches, parse_path
-from .runs import AGENT, RUNNING, STATES, TERMINAL_STATES, Node, Run, build_nodes
+from .paths import WorkflowPath, matches, parse_path
+from .runs import AGENT, RUNNING, Node, Run, build_nodes
 from .sessions import Session
 from .sticky import ACKED, SENT, Entry, StickyQueues, delivery_state, entry_from_row, undeliverable_event
 
@@ -130,7 +131,7 @@ class Workflows:
         run = self.runs.get(path.run_id)
         if run is None:
             raise BusError("unknown_run", run_id=path.run_id)
-        node = self._node_at(run, path) or self._materialize(run, path)
+        node = self.node_at(run, path) or self._materialize(run, path)
         group = env.get("group") or node.group
         if group is None:
             home = run.group
@@ -152,7 +153,7 @@ class Workflows:
         node.started = True
         if node.state == "PENDING":
             node.state = RUNNING
-        self._save(run)
+        self.save(run)
         if not self._deliverable(node):
             return
         for entry in self.sticky.matching(run.run_id, node):
@@ -298,97 +299,12 @@ class Workflows:
                      now: float) -> None:
         if re is None:
             raise BusError("bad_envelope", detail="a workflow operation needs a string id")
-        op = _OPS.get(env["op"]) if isinstance(env.get("op"), str) else None
+        op = hosting.OPS.get(env["op"]) if isinstance(env.get("op"), str) else None
         if op is None:
             raise BusError("bad_envelope", detail="op must be register_run, add_stages, stage_state or end_run")
         engine.reply(session, re, op(self, session, env, now))
 
-    def _register_run(self, session: Session, env: dict, now: float) -> dict:
-        run_id = env.get("runId")
-        path = parse_path(f"workflow:{run_id}", allow_run_only=True) if isinstance(run_id, str) else None
-        if path is None or path.segments:
-            raise BusError("invalid_params", detail="runId must be a non-empty string without '/'")
-        existing = self.runs.get(run_id)
-        if existing is not None:
-            if existing.host_id not in (None, session.id):
-                raise BusError("not_run_host", run_id=run_id)
-            if existing.host_id is None and existing.host_atomic and \
-                    existing.host_atomic != session.atomic_session_id and existing.last_host_id != session.id:
-                raise BusError("not_run_host", run_id=run_id)
-            run = existing
-            run.host_id = session.id
-            self._merge(run, None, env.get("stages") or [])
-        else:
-            run = Run(run_id, session.id, session.atomic_session_id, session.id, created_at=now)
-            run.roots = build_nodes(env.get("stages") or [], None)
-            self.runs[run_id] = run
-        run.last_host_id = session.id
-        if run.group not in session.groups:
-            from .actions import change_groups  # noqa: PLC0415
-            change_groups(self.engine, session, [*session.groups, run.group])
-        self._save(run)
-        return {"runId": run_id, "group": run.group, "groups": list(session.groups),
-                "stages": [run.canonical(n) for n in run.nodes() if n.is_agent]}
-
-    def _add_stages(self, session: Session, env: dict, now: float) -> dict:
-        run = self._hosted(session, env)
-        parent = None
-        if env.get("parent"):
-            parent = self._node_at(run, parse_path(f"{run.group}/{env['parent']}"))
-            if parent is None:
-                raise BusError("invalid_params", detail=f"no stage {env['parent']!r} in run {run.run_id!r}")
-        self._merge(run, parent, env.get("stages") or [])
-        self._save(run)
-        return {"runId": run.run_id, "stages": [run.canonical(n) for n in run.nodes() if n.is_agent]}
-
-    def _stage_state(self, session: Session, env: dict, now: float) -> dict:
-        run = self._hosted(session, env)
-        stage, state = env.get("stage"), env.get("state")
-        if not isinstance(stage, str) or not isinstance(state, str) or state not in STATES:
-            raise BusError("invalid_params", detail=f"stage must be a path and state one of {', '.join(sorted(STATES))}")
-        node = self._node_at(run, parse_path(stage if looks_like_path(stage) else f"{run.group}/{stage}"))
-        if node is None:
-            raise BusError("invalid_params", detail=f"no stage {stage!r} in run {run.run_id!r}")
-        if node.terminal or (state == "PENDING" and node.state == RUNNING):
-            if node.state != state:
-                raise BusError("invalid_transition", stage=stage, old=node.state, new=state)
-        node.state = state
-        if state in TERMINAL_STATES and not node.started:
-            self._settle_exact(run, node, f"stage {state} before it started")
-        self._save(run)
-        return {"runId": run.run_id, "stage": run.canonical(node), "state": node.state}
-
-    def _end_run(self, session: Session, env: dict, now: float) -> dict:
-        run = self._hosted(session, env)
-        undeliverable = 0
-        for entry in self.sticky.drop_run(run.run_id):
-            if not entry.deliveries:
-                undeliverable += 1
-                self._notify(entry, "run ended before a matching stage received it")
-        del self.runs[run.run_id]
-        self.engine.persist(("run_end", run.run_id))
-        return {"runId": run.run_id, "ended": True, "undeliverable": undeliverable}
-
     # -- helpers -----------------------------------------------------------------------------
-
-    def _hosted(self, session: Session, env: dict) -> Run:
-        run = self.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
-        if run is None:
-            raise BusError("unknown_run", run_id=env.get("runId"))
-        if run.host_id != session.id:
-            raise BusError("not_run_host", run_id=run.run_id)
-        return run
-
-    def _merge(self, run: Run, parent: Node | None, specs: Any) -> None:
-        if not isinstance(specs, list):
-            raise BusError("invalid_params", detail="stages must be an array")
-        siblings = parent.children if parent else run.roots
-        names = {n.name: n for n in siblings}
-        fresh = build_nodes([s for s in specs if isinstance(s, dict) and s.get("name") not in names], parent)
-        siblings.extend(fresh)
-        for spec in specs:
-            if isinstance(spec, dict) and spec.get("name") in names and spec.get("children"):
-                self._merge(run, names[spec["name"]], spec["children"])
 
     @staticmethod
     def _literal_walk(run: Run, segments: tuple[str, ...]) -> tuple[list[Node], bool]:
@@ -403,7 +319,7 @@ class Workflows:
             level = [child for n in hits for child in n.children]
         return hits, False
 
-    def _node_at(self, run: Run, path: WorkflowPath) -> Node | None:
+    def node_at(self, run: Run, path: WorkflowPath) -> Node | None:
         hits, _ = self._literal_walk(run, path.segments)
         hits = [n for n in hits if len(n.elements()) == len(path.segments)]
         return hits[0] if len(hits) == 1 else None
@@ -411,7 +327,7 @@ class Workflows:
     def _materialize(self, run: Run, path: WorkflowPath) -> Node:
         parent = None
         if len(path.segments) > 1:
-            parent = self._node_at(run, WorkflowPath(run.run_id, path.segments[:-1]))
+            parent = self.node_at(run, WorkflowPath(run.run_id, path.segments[:-1]))
             if parent is None:
                 raise BusError("invalid_path", to=str(path), detail="its parent stage is not known")
         (node,) = build_nodes([{"name": path.segments[-1]}], parent)
@@ -465,7 +381,7 @@ class Workflows:
                 entry.deliveries[(key, transcript)] = ACKED
                 engine.persist(("sticky_delivery", entry.seq, key, transcript, ACKED, now))
 
-    def _settle_exact(self, run: Run, node: Node, reason: str) -> None:
+    def settle_exact(self, run: Run, node: Node, reason: str) -> None:
         """Exact entries for a stage that ended unstarted can never be delivered."""
         for entry in list(self.sticky.entries(run.run_id)):
             if entry.target.is_pattern or entry.deliveries:
@@ -474,9 +390,9 @@ class Workflows:
             if hits == [node]:
                 self.sticky.remove(entry)
                 self.engine.persist(("sticky_drop", entry.seq))
-                self._notify(entry, reason)
+                self.notify(entry, reason)
 
-    def _notify(self, entry: Entry, reason: str) -> None:
+    def notify(self, entry: Entry, reason: str) -> None:
         sender = self.registry.by_id.get(entry.sender_id)
         if entry.ack and sender is not None:
             self.engine.out.append(Send(sender.identity, envelope("event", **undeliverable_event(entry, reason))))
@@ -494,15 +410,9 @@ class Workflows:
         else:
             self._reserved.pop(key, None)
 
-    def _save(self, run: Run) -> None:
+    def save(self, run: Run) -> None:
         self.engine.persist(("run", run.run_id, run.record()))
 
 
-_OPS = {
-    "register_run": Workflows._register_run,
-    "add_stages": Workflows._add_stages,
-    "stage_state": Workflows._stage_state,
-    "end_run": Workflows._end_run,
-}
 
 __all__ = ["AGENT", "Workflows"]

@@ -274,3 +274,19 @@ def test_retried_ask_is_delivered_once_and_answered_once_settled():
     bus.call(b"bob", "reply", message="yes")
     ask(bus, b"alice", "a1", "bob")
     assert answers(bus, b"alice", "a1")[0]["message"] == "yes"
+
+
+def test_noninteractive_child_reporting_completed_becomes_terminal():
+    bus = three()
+    bus.hello("child", sessionKind="noninteractive")
+    ask(bus, b"alice", "a1", "child")
+    bus.feed(b"child", envelope("status", status="completed"))
+    assert answers(bus, b"alice", "a1")[0]["code"] == "terminal_child"
+    ask(bus, b"alice", "a2", "child")
+    assert answers(bus, b"alice", "a2")[0]["error"] == "Target noninteractive child is terminal and cannot reply"
+
+
+def test_interactive_sessions_cannot_report_a_terminal_status():
+    bus = three()
+    out = bus.feed(b"bob", envelope("status", id="s1", status="completed"))
+    assert out[0].env["code"] == "invalid_status"
