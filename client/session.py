@@ -293,8 +293,8 @@ class Session:
         result = self._transport.call(envelope(kind, id=new_message_id(), **fields), timeout)
         if result is None:
             return error_reply("broker_unavailable", timeout_s=timeout)
-        if result.get("ok") and (fields.get("action") in ("join", "leave")
-                                 or fields.get("op") == "register_run"):
+        if result.get("ok") and isinstance(result.get("groups"), list) and (
+                fields.get("action") in ("join", "leave") or fields.get("op") == "register_run"):
             # Acknowledged membership changes are what a reconnect restores; rejected
             # or unanswered ones leave the remembered set as it was.
             self.groups = list(result["groups"])

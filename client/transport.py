@@ -223,12 +223,7 @@ class Transport:
             if not self._sock_open or self._closing:
                 return False
             self._leading = True
-            self._io_watch(False)
-            try:
-                self._lead(done, deadline)
-            finally:
-                # Level-triggered: this wakes the IO thread at once if input is waiting.
-                self._io_watch(True)
+            self._lead(done, deadline)
             return True
         finally:
             self._leading = False
@@ -301,24 +296,33 @@ class Transport:
     def _lead(self, done: Callable[[], bool], deadline: float | None) -> None:
         """Holding ``_io_lock``: service the socket until ``done()``, the deadline
         passes or the transport closes."""
+        self._service()
+        if done() or self._closing:
+            return               # no need to wait: the IO thread's watch stays as it is
         poll = self._lead_poller.poll
         wake_fd = self._wake_r
-        self._service()
-        while not done() and not self._closing:
-            if deadline is None:
-                wait_s = _IDLE_POLL_S
-            else:
-                wait_s = deadline - time.monotonic()
-                if wait_s <= 0:
-                    return
-                if wait_s > _IDLE_POLL_S:
+        self._io_watch(False)
+        try:
+            while True:
+                if deadline is None:
                     wait_s = _IDLE_POLL_S
-            ready = poll(math.ceil(wait_s * 1000))
-            for fd, _ in ready:
-                if fd == wake_fd:
-                    self._clear_wake()
-            self._timers(time.monotonic())
-            self._service()
+                else:
+                    wait_s = deadline - time.monotonic()
+                    if wait_s <= 0:
+                        return
+                    if wait_s > _IDLE_POLL_S:
+                        wait_s = _IDLE_POLL_S
+                ready = poll(math.ceil(wait_s * 1000))
+                for fd, _ in ready:
+                    if fd == wake_fd:
+                        self._clear_wake()
+                self._timers(time.monotonic())
+                self._service()
+                if done() or self._closing:
+                    return
+        finally:
+            # Level-triggered: this wakes the IO thread at once if input is waiting.
+            self._io_watch(True)
 
     def _io_watch(self, on: bool) -> None:
         """Switch the IO thread's watch of the socket on or off (while a caller leads)."""
@@ -376,6 +380,15 @@ class Transport:
         msgs: list[dict] = []
         events: list[dict] = []
         answers: list[tuple[str, dict]] = []
+        try:
+            self._read(recv, getsockopt, msgs, events, answers)
+        finally:
+            # Even when interrupted (a leader is a user's thread: KeyboardInterrupt),
+            # what was read is queued and answered, not lost.
+            if msgs or events or answers:
+                self._deliver(msgs, events, answers)
+
+    def _read(self, recv, getsockopt, msgs: list, events: list, answers: list) -> None:
         while getsockopt(_EVENTS) & _POLLIN:
             try:
                 frame = recv(_NOBLOCK)
@@ -391,8 +404,11 @@ class Transport:
                 if kind == "result":
                     re = env.get("re")
                     if re is not None and re == self._hello_id:
-                        self._deliver(msgs, events, answers)
-                        msgs, events, answers = [], [], []
+                        # What came before the welcome goes first; then the lists
+                        # are reused for what follows it.
+                        before = msgs[:], events[:], answers[:]
+                        del msgs[:], events[:], answers[:]
+                        self._deliver(*before)
                         self._welcomed(env)
                     elif env.get("code") == "not_connected":
                         if self.connected.is_set():
@@ -414,8 +430,6 @@ class Transport:
                                 answers.append((re, {**_ACKED, "messageId": re}))
                 elif kind == "event":
                     events.append(env)
-        if msgs or events or answers:
-            self._deliver(msgs, events, answers)
 
     def _deliver(self, msgs: list, events: list, answers: list) -> None:
         """Queue inbound envelopes, then resolve the answers that came with them."""
