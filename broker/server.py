@@ -142,6 +142,7 @@ class Broker:
         self.log.info("broker_started", endpoint=self.settings.endpoint,
                       pub_endpoint=self.settings.pub_endpoint, db=str(self.settings.db_path),
                       broker_id=self.broker_id, pid=os.getpid())
+        last_tick = 0.0
         while not self._stopping:
             now = time.time()
             wait_s = min(MAX_POLL_S, max(0.0, engine.next_deadline() - now))
@@ -153,12 +154,17 @@ class Broker:
                 raise
             now = time.time()
             commands: list = []
+            backlog = False
             if self.router in ready:
-                self._drain_router(now, commands)
+                backlog = self._drain_router(now, commands)
             if self.worker_sock in ready:
                 self._drain_worker(now, commands)
-            if now >= engine.next_deadline():
+            if now >= engine.next_deadline() and (not backlog or now - last_tick >= MAX_POLL_S * 2):
+                # Normally only with the input drained: heartbeats still queued in the
+                # socket must count before anyone is declared silent. Under a flood
+                # that never drains, timers still run once a second.
                 commands.extend(engine.tick(now))
+                last_tick = now
             if now >= self._lease_due:
                 self._lease_due = now + LEASE_RENEW_S
                 commands.append(Persist(("lease", self.broker_id, os.getpid(),
@@ -171,7 +177,8 @@ class Broker:
                 engine.internal_errors.clear()
         self.log.info("broker_stopping", sessions=len(engine.registry), **self.statistics())
 
-    def _drain_router(self, now: float, commands: list) -> None:
+    def _drain_router(self, now: float, commands: list) -> bool:
+        """Read up to DRAIN_LIMIT frames; True when more input is still waiting."""
         router = self.router
         engine = self.engine
         recv, getsockopt = router.recv, router.getsockopt
@@ -179,7 +186,7 @@ class Broker:
         # raised zmq.Again per drain cost more than the routing itself.
         for _ in range(DRAIN_LIMIT):
             if not getsockopt(_EVENTS) & _POLLIN:
-                return
+                return False
             identity = recv(_NOBLOCK)
             frame = recv() if getsockopt(_RCVMORE) else b""
             extra = False
@@ -195,6 +202,7 @@ class Broker:
                 commands.extend(engine.refuse_frame(identity, error))
                 continue
             commands.extend(engine.receive_batch(identity, envs, now))
+        return True
 
     def _drain_worker(self, now: float, commands: list) -> None:
         while True:

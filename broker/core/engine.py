@@ -39,6 +39,9 @@ from .presence import membership_changed, status_changed
 from .sessions import Registry, Session
 
 SWEEP_INTERVAL_S = 0.5
+# Sessions expired per sweep at most: a mass expiry is spread over several rounds so
+# the shell reads the heartbeats of healthy sessions in between.
+EXPIRE_PER_SWEEP = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +129,11 @@ class Engine:
         if now >= self._next_sweep_at:
             self._next_sweep_at = now + SWEEP_INTERVAL_S
             cutoff = now - self.limits.liveness_s
-            for session in [s for s in self.registry.by_id.values() if s.last_seen_at < cutoff]:
+            silent = [s for s in self.registry.by_id.values() if s.last_seen_at < cutoff]
+            if len(silent) > EXPIRE_PER_SWEEP:
+                silent = silent[:EXPIRE_PER_SWEEP]
+                self._next_sweep_at = now    # more to do: come back next round
+            for session in silent:
                 self.stats["sessions.expired"] += 1
                 self.disconnect(session, "heartbeat", now)
         for hook in self.on_tick:

@@ -37,6 +37,14 @@ def membership_changed(registry: Registry, session: Session, before: set[str],
     peers |= watchers
     peers.discard(session.id)
     groups_changed = before != after
+    about: dict[str, dict[str, Any]] = {}   # one event per kind, shared by every peer
+
+    def event(kind: str) -> dict[str, Any]:
+        env = about.get(kind)
+        if env is None:
+            env = about[kind] = presence_event(kind, session)
+        return env
+
     for peer_id in peers:
         peer = registry.by_id[peer_id]
         shared_before = not peer.groups.keys().isdisjoint(before)
@@ -46,15 +54,15 @@ def membership_changed(registry: Registry, session: Session, before: set[str],
             was = was or registry.sees_into(peer, before)
             now = now or registry.sees_into(peer, after)
         if now and not was:
-            out.append(Send(peer.identity, presence_event("session_joined", session)))
+            out.append(Send(peer.identity, event("session_joined")))
             if shared_after and not connecting:
                 out.append(Send(session.identity, presence_event("session_joined", peer)))
         elif was and not now:
-            out.append(Send(peer.identity, presence_event("session_left", session)))
+            out.append(Send(peer.identity, event("session_left")))
             if shared_before and not departing:
                 out.append(Send(session.identity, presence_event("session_left", peer)))
         elif was and now and groups_changed:
-            out.append(Send(peer.identity, presence_event("presence_update", session)))
+            out.append(Send(peer.identity, event("presence_update")))
     for group in sorted(after - before):
         out.append(Publish(group, presence_event("session_joined", session, group=group)))
     for group in sorted(before - after):
@@ -63,8 +71,8 @@ def membership_changed(registry: Registry, session: Session, before: set[str],
 
 def status_changed(registry: Registry, session: Session, out: list[Command]) -> None:
     """Tell every session that can see ``session`` about its new status."""
+    env = presence_event("presence_update", session)
     for peer_id in registry.neighbours(session):
-        out.append(Send(registry.by_id[peer_id].identity,
-                        presence_event("presence_update", session)))
+        out.append(Send(registry.by_id[peer_id].identity, env))
     for group in session.groups:
         out.append(Publish(group, presence_event("presence_update", session, group=group)))

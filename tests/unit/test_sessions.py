@@ -249,3 +249,22 @@ def test_home_group_precedence_order():
 def test_session_name_must_be_non_empty():
     bus = Bus()
     assert bus.hello("  ")["code"] == "invalid_name"
+
+
+def test_mass_expiry_is_spread_over_sweeps():
+    bus = Bus(liveness_s=3.0)
+    for n in range(100):
+        bus.hello(f"s{n}")
+    bus.advance(3.5)
+    assert bus.engine.stats["sessions.expired"] == 64
+    bus.advance(0.0)
+    assert bus.engine.stats["sessions.expired"] == 100
+
+
+def test_one_presence_event_is_shared_by_every_peer():
+    bus = Bus()
+    for n in range(3):
+        bus.hello(f"peer{n}")
+    bus.hello("newcomer")
+    envs = [c.env for c in bus.last if isinstance(c, Send) and c.env["k"] == "event"]
+    assert len(envs) == 3 and all(env is envs[0] for env in envs)
