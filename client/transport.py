@@ -32,9 +32,6 @@ import os
 import select
 import threading
 import time
-from concurrent.futures import CancelledError, Future
-from concurrent.futures._base import (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING,
-                                      RUNNING)
 from typing import Any, Callable
 
 import zmq
@@ -43,73 +40,17 @@ from schemas.errors import BusError
 from schemas.limits import HEARTBEAT_S, LIVENESS_S, MAX_BATCH
 from schemas.protocol import envelope, pack, unpack_frame
 
+from .replies import FINISHED, OPEN, PENDING, Reply
+
 _EPOLL = hasattr(select, "epoll")
 _NOBLOCK = int(zmq.NOBLOCK)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _IDLE_POLL_S = HEARTBEAT_S / 2
-_OPEN = (PENDING, RUNNING)
-_DONE = (FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED)
 _ACKED = {"ok": True, "delivered": True}
 # How long a caller waits for the IO thread to finish servicing the socket before it
 # hands its call over instead of running it itself.
 _TAKE_OVER_WAIT_S = 0.005
-
-
-class Reply(Future):
-    """A Future for one request's answer, sharing its transport's condition.
-
-    Cheaper to make than a plain Future (no Condition of its own) and resolved in
-    batches by the transport. Since one condition serves many replies, waits loop
-    until this reply is done. Everything else (done, cancel, callbacks,
-    ``concurrent.futures.wait``/``as_completed``) is Future's own code.
-    """
-
-    # Future's fields; the first three are class defaults until first assigned.
-    _state = PENDING
-    _result = None
-    _exception = None
-
-    def __init__(self, condition: threading.Condition) -> None:   # noqa: super not called
-        self._condition = condition
-        self._waiters = []
-        self._done_callbacks = []
-
-    def _wait_done(self, timeout: float | None) -> bool:
-        """With the condition held: wait until done; False on timeout."""
-        if self._state in _DONE:
-            return True
-        if timeout is None:
-            while self._state not in _DONE:
-                self._condition.wait()
-            return True
-        deadline = time.monotonic() + timeout
-        while self._state not in _DONE:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self._condition.wait(left)
-        return True
-
-    def result(self, timeout: float | None = None) -> Any:
-        if self._state is FINISHED and self._exception is None:
-            return self._result       # answered: no lock needed, the state is final
-        with self._condition:
-            if not self._wait_done(timeout):
-                raise TimeoutError()
-            if self._state is not FINISHED:
-                raise CancelledError()
-            if self._exception is not None:
-                raise self._exception
-            return self._result
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        with self._condition:
-            if not self._wait_done(timeout):
-                raise TimeoutError()
-            if self._state is not FINISHED:
-                raise CancelledError()
-            return self._exception
 
 
 class Transport:
@@ -448,7 +389,7 @@ class Transport:
         callbacks = []
         with self._cond:
             for reply, value in done:
-                if reply._state in _OPEN:
+                if reply._state in OPEN:
                     reply._result = value
                     reply._state = FINISHED
                     if reply._waiters:

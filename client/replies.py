@@ -1,0 +1,78 @@
+"""Replies: cheap futures for the answers a transport is owed.
+
+One condition serves every reply of a transport, so making a reply costs no lock of
+its own and a whole frame of answers is resolved under one acquisition. Everything
+else (done, cancel, callbacks, ``concurrent.futures.wait``/``as_completed``) is
+:class:`concurrent.futures.Future`'s own code, which relies on the private fields
+set here (checked on Python 3.11; recheck on an upgrade).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import CancelledError, Future
+from concurrent.futures._base import (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING,
+                                      RUNNING)
+from typing import Any
+
+OPEN = (PENDING, RUNNING)
+_DONE = (FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED)
+
+__all__ = ["FINISHED", "OPEN", "PENDING", "Reply"]
+
+
+class Reply(Future):
+    """A Future for one request's answer, sharing its transport's condition.
+
+    Cheaper to make than a plain Future (no Condition of its own) and resolved in
+    batches by the transport. Since one condition serves many replies, waits loop
+    until this reply is done. Everything else (done, cancel, callbacks,
+    ``concurrent.futures.wait``/``as_completed``) is Future's own code.
+    """
+
+    # Future's fields; the first three are class defaults until first assigned.
+    _state = PENDING
+    _result = None
+    _exception = None
+
+    def __init__(self, condition: threading.Condition) -> None:   # Future.__init__ would make a Condition per reply
+        self._condition = condition
+        self._waiters = []
+        self._done_callbacks = []
+
+    def _wait_done(self, timeout: float | None) -> bool:
+        """With the condition held: wait until done; False on timeout."""
+        if self._state in _DONE:
+            return True
+        if timeout is None:
+            while self._state not in _DONE:
+                self._condition.wait()
+            return True
+        deadline = time.monotonic() + timeout
+        while self._state not in _DONE:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._condition.wait(left)
+        return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state is FINISHED and self._exception is None:
+            return self._result       # answered: no lock needed, the state is final
+        with self._condition:
+            if not self._wait_done(timeout):
+                raise TimeoutError()
+            if self._state is not FINISHED:
+                raise CancelledError()
+            if self._exception is not None:
+                raise self._exception
+            return self._result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        with self._condition:
+            if not self._wait_done(timeout):
+                raise TimeoutError()
+            if self._state is not FINISHED:
+                raise CancelledError()
+            return self._exception
