@@ -39,6 +39,7 @@ from .presence import membership_changed, status_changed
 from .sessions import Registry, Session
 
 SWEEP_INTERVAL_S = 0.5
+MAX_RESTORED_GROUPS = 64
 # Sessions expired per sweep at most: a mass expiry is spread over several rounds so
 # the shell reads the heartbeats of healthy sessions in between.
 EXPIRE_PER_SWEEP = 64
@@ -276,7 +277,11 @@ class Engine:
                 inherited=parent.home_group if parent else None,
                 config=env.get("fallbackGroup")))
         restore = env.get("groups")
+        if restore and len(restore) > MAX_RESTORED_GROUPS:
+            raise BusError("bad_envelope", detail=f"at most {MAX_RESTORED_GROUPS} groups")
         groups = [clean_group(g) for g in restore] if restore else [home]
+        # Memberships a client claims at connect obey the same authority as join.
+        self.workflows.check_claimed(groups, home, stage is not None)
         session = Session(
             id=self._grant_id(env), name=name, identity=identity, token=self.new_token(),
             home_group=home, groups=dict.fromkeys(groups), kind=kind,

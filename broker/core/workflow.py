@@ -111,6 +111,22 @@ class Workflows:
             if run is None or not self.controls(session, run):
                 raise BusError("workflow_different_group")
 
+    def check_claimed(self, groups: list[str], home: str, is_stage: bool) -> None:
+        """Groups a connecting session claims (home and restored memberships).
+
+        A stage keeps its own home; anyone else may hold a run's subgroup only
+        together with that run's invocation group, as control requires.
+        """
+        for group in {home, *groups}:
+            if not (group.startswith("workflow:") and "/" in group):
+                continue
+            run_group = group.split("/", 1)[0]
+            if is_stage:
+                if group != home:
+                    raise BusError("workflow_different_group")
+            elif run_group not in groups:
+                raise BusError("workflow_different_group")
+
     def _run_for(self, session: Session, path: WorkflowPath) -> Run:
         run = self.runs.get(path.run_id)
         if run is None:

@@ -342,3 +342,13 @@ def test_queued_send_retried_after_a_restart_is_not_queued_twice():
     assert answer["queued"] is True and answer["messageId"] == "k1"
     assert not any(isinstance(c, Persist) and c.op[0] == "sticky" for c in out)
     assert len(list(fresh.workflows.sticky.entries("r1"))) == 1
+
+
+def test_a_connecting_session_cannot_claim_a_run_subgroup():
+    bus = hosted()
+    stage(bus, "reviewer", "workflow:r1/review")
+    assert bus.hello("mallory", group="workflow:r1/reviewers")["code"] == "workflow_different_group"
+    assert bus.hello("mallory", identity=b"m2", homeGroup="default",
+                     groups=["default", "workflow:r1/reviewers"])["code"] == "workflow_different_group"
+    assert bus.hello("steerer", groups=["workflow:r1", "workflow:r1/reviewers"],
+                     homeGroup="default")["ok"] is True
