@@ -27,6 +27,10 @@ import msgpack
 import pytest
 import zmq
 
+# Plain helper modules whose asserts should explain themselves like a test's do;
+# registered here, before any test module imports them.
+pytest.register_assert_rewrite("tests.integration.workflow_helpers")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # The shared helper lives in tests/conftest.py; load it by path so the two conftest

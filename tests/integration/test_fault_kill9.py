@@ -27,6 +27,7 @@ import pytest
 from schemas.limits import CALL_TIMEOUT_S, QUEUED_PER_TARGET
 from schemas.protocol import envelope
 from tests.conftest import start_broker
+from tests.integration.workflow_helpers import new_run_id, ok, path, send_for_id, take
 
 RECEIVE_S = 15.0
 BACK_S = 30.0
@@ -98,19 +99,6 @@ def crashable(short_tmp):
     harness.close()
 
 
-def new_run_id() -> str:
-    return f"run-{uuid.uuid4().hex[:10]}"
-
-
-def path(run: str, *segments: str) -> str:
-    return "/".join((f"workflow:{run}", *segments))
-
-
-def ok(result: dict) -> dict:
-    assert isinstance(result, dict) and result.get("ok") is True, result
-    return result
-
-
 def queued(result: dict) -> dict:
     ok(result)
     assert result.get("queued") is True, result
@@ -133,15 +121,6 @@ def host_back(crashable, host, run: str) -> None:
     """
     crashable.wait_back(host)
     ok(host.register_run(run, STAGES))
-
-
-def take(session, count: int) -> list[dict]:
-    got = []
-    for _ in range(count):
-        msg = session.receive(RECEIVE_S)
-        assert msg is not None, f"only {len(got)} of {count} arrived: {[m['message'] for m in got]}"
-        got.append(msg)
-    return got
 
 
 def assert_nothing_more(stage, sender, target: str) -> None:
@@ -169,7 +148,12 @@ def receive_until_marker(stage, sender, target: str) -> list[str]:
 
 
 def send_with_id(session, to: str, message: str, msg_id: str | None = None) -> tuple[str, dict]:
-    """A send under an id the test chose: the client's own ``call`` envelope."""
+    """A send under an id the test chose: the client's own ``call`` envelope.
+
+    Only for retrying an id on purpose: the public ``intercom`` call picks the id
+    itself (its answer names it as ``messageId``) and cannot reuse one, so this goes
+    through the session's private transport.
+    """
     msg_id = msg_id or str(uuid.uuid4())
     future = session._transport.request(
         envelope("call", id=msg_id, action="send", to=to, message=message))
@@ -233,7 +217,7 @@ def test_queued_entries_survive_kill9_and_reach_the_stage_once_in_fifo_order(cra
     host_back(crashable, host, run)
 
     plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
-    got = take(plan, len(expected))
+    got = take(plan, len(expected), RECEIVE_S)
     assert [m["message"] for m in got] == expected
     assert all(m["receivedBeforeStart"] is True and m["from"] == host.id for m in got)
     assert len({m["id"] for m in got}) == len(got)
@@ -268,7 +252,7 @@ def test_taken_entries_are_not_redelivered_after_kill9_to_the_same_transcript(cr
     crashable.restart()
     host_back(crashable, host, run)
     plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
-    assert [m["message"] for m in take(plan, len(expected))] == expected
+    assert [m["message"] for m in take(plan, len(expected), RECEIVE_S)] == expected
     ok(plan.intercom(action="status"))       # its receipts are handled ...
     durability_barrier(host, run)             # ... and committed
     if reconnect == "new-connection":
@@ -340,7 +324,7 @@ def test_sends_queued_before_a_mid_stream_kill9_are_delivered_after_restart(cras
     assert len(pre_kill) == len(answered_before), [answers[n] for n in answered_before if not answers[n].get("queued")]
     queued_all = [n for n in range(total) if answers[n].get("ok") and answers[n].get("queued")]
     plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
-    got = [m["message"] for m in take(plan, len(queued_all))]
+    got = [m["message"] for m in take(plan, len(queued_all), RECEIVE_S)]
     got += receive_until_marker(plan, host, path(run, "plan"))
 
     sent_text = {f"m{n:03d}" for n in queued_all}
@@ -376,7 +360,7 @@ def test_send_retried_with_the_same_id_after_kill9_is_not_queued_twice(crashable
     ok(retry)
 
     plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
-    (msg,) = take(plan, 1)
+    (msg,) = take(plan, 1, RECEIVE_S)
     assert msg["id"] == msg_id and msg["message"] == "exactly once"
     assert_nothing_more(plan, host, path(run, "plan"))
 
@@ -395,21 +379,22 @@ def test_queue_limit_still_holds_after_kill9(crashable):
     assert refused.get("ok") is False and refused["code"] == "queue_full", refused
     assert refused["error"] == "Pending stage message queue is full (limit 50)", refused
     plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
-    assert [m["message"] for m in take(plan, QUEUED_PER_TARGET)] == [f"m{n}" for n in range(QUEUED_PER_TARGET)]
+    got = take(plan, QUEUED_PER_TARGET, RECEIVE_S)
+    assert [m["message"] for m in got] == [f"m{n}" for n in range(QUEUED_PER_TARGET)]
 
 
 @pytest.mark.timeout(120)
 def test_end_run_after_kill9_notifies_with_the_queued_message_ids(crashable):
     host, run = host_run(crashable)
-    exact_id, _ = send_with_id(host, path(run, "impl"), "never started")
-    ghost_id, _ = send_with_id(host, path(run, "ghost"), "outside the known set")
-    delivered_id, _ = send_with_id(host, path(run, "plan"), "will be taken")
+    exact_id, _ = send_for_id(host, path(run, "impl"), "never started")
+    ghost_id, _ = send_for_id(host, path(run, "ghost"), "outside the known set")
+    delivered_id, _ = send_for_id(host, path(run, "plan"), "will be taken")
 
     crashable.kill9()
     crashable.restart()
     host_back(crashable, host, run)
     plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
-    (msg,) = take(plan, 1)
+    (msg,) = take(plan, 1, RECEIVE_S)
     assert msg["id"] == delivered_id
     while host.next_event(0) is not None:
         pass
