@@ -84,9 +84,6 @@ class Store:
             "sticky_drop": self._sticky_drop,
         }
 
-    def register(self, name: str, op: Callable[..., Any]) -> None:
-        self._ops[name] = op
-
     def apply(self, ops: list[tuple]) -> None:
         """Apply ``ops`` in one transaction: all of them become durable, or none."""
         with self.conn:

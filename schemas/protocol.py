@@ -19,8 +19,8 @@ Client to broker (``CLIENT_KINDS``):
 
 Broker to client (``BROKER_KINDS``):
 
-``welcome``    session opened: sessionId, token, name, groups, homeGroup.
-``result``     the answer to a request: ``ok`` plus fields, or ``code``/``error``.
+``result``     the answer to a request: ``ok`` plus fields, or ``code``/``error``;
+               the answer to ``hello`` carries sessionId, token, name, groups, homeGroup.
 ``msg``        an inbound message for the session.
 ``event``      an in-band presence event (also published on PUB, topic = group).
 ``hb``         heartbeat answer.
@@ -38,7 +38,7 @@ from .errors import BusError
 from .limits import MAX_BATCH, MAX_FRAME_BYTES, PROTOCOL_VERSION
 
 CLIENT_KINDS = frozenset({"hello", "call", "status", "hb", "bye", "supervisor", "workflow", "received"})
-BROKER_KINDS = frozenset({"welcome", "result", "msg", "event", "hb", "acks"})
+BROKER_KINDS = frozenset({"result", "msg", "event", "hb", "acks"})
 
 PRESENCE_EVENTS = ("session_joined", "session_left", "presence_update")
 SESSION_KINDS = ("interactive", "noninteractive", "stage")

@@ -310,7 +310,6 @@ class Engine:
         session.last_seen_at = now
         self.stats["sessions.reattached"] += 1
         self.reply(session, env["id"], self._welcome(session))
-        self.messaging.reattached(session, now)
 
     def _grant_id(self, env: dict) -> str:
         """The requested id when the caller may hold it, else a fresh one."""

@@ -69,9 +69,6 @@ class Messaging:
             for ask in self.asks.to_target(session):
                 self._settle_error(ask, BusError("terminal_child"))
 
-    def reattached(self, session: Session, now: float) -> None:
-        return None
-
     # -- send --------------------------------------------------------------------------
 
     def send(self, session: Session, env: dict, re: str, now: float) -> dict | None:

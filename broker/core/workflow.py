@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from schemas.errors import BusError
-from schemas.protocol import envelope
+from schemas.protocol import RECEIVED_FIELDS, check_fields, envelope
 
 from . import hosting
 from .commands import Send
@@ -386,9 +386,8 @@ class Workflows:
 
     def _on_received(self, engine: Engine, session: Session, env: dict, re: str | None,
                      now: float) -> None:
-        ids = env.get("ids")
-        if not isinstance(ids, list):
-            raise BusError("bad_envelope", detail="received needs a list of ids")
+        check_fields(env, RECEIVED_FIELDS)
+        ids = env["ids"]
         key = session.extra.get("node_key")
         transcript = session.extra.get("transcript", session.id)
         for msg_id in ids[:512]:

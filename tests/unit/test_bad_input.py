@@ -86,3 +86,18 @@ def test_random_envelopes_never_raise_and_leave_registry_consistent(envs):
         assert bus.engine.registry.by_identity[session.identity] is session
     assert bus.call(b"alice" if b"alice" in bus.engine.registry.by_identity else b"alice",
                     "status").get("code") in (None, "not_connected")
+
+
+def test_every_client_kind_has_a_handler_and_nothing_else_does():
+    from broker.core.engine import _KINDS
+    from schemas.protocol import CLIENT_KINDS
+
+    engine = Bus().engine
+    assert {"hello", *_KINDS, *engine.kinds_extra} == set(CLIENT_KINDS)
+
+
+def test_received_without_a_list_of_ids_is_a_bad_envelope():
+    bus = Bus()
+    bus.hello("alice")
+    out = bus.feed(b"alice", envelope("received", id="r1", ids="x"))
+    assert out[0].env["code"] == "bad_envelope"
