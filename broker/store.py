@@ -11,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import time
+
 import apsw
 import msgpack
 
 SCHEMA_VERSION = 1
+IDENTITY_KEEP_S = 30 * 24 * 3600   # who held an id is remembered for 30 days
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -95,9 +98,15 @@ class Store:
 
     # -- reads ---------------------------------------------------------------------
 
-    def identities(self) -> list[tuple[str, str | None, str]]:
-        return list(self.conn.execute(
-            "SELECT session_id, atomic_session_id, token_hash FROM session_identity"))
+    def identities(self, keep_s: float = IDENTITY_KEEP_S, limit: int = 200_000) -> list[tuple[str, str | None, str]]:
+        """Recent identity records, oldest first; records older than ``keep_s`` are deleted."""
+        with self.conn:
+            self.conn.execute("DELETE FROM session_identity WHERE updated_at < ?",
+                              (time.time() - keep_s,))
+        rows = list(self.conn.execute(
+            "SELECT session_id, atomic_session_id, token_hash FROM session_identity "
+            "ORDER BY updated_at DESC LIMIT ?", (limit,)))
+        return rows[::-1]
 
     def runs(self) -> list[dict]:
         return [msgpack.unpackb(blob, raw=False) for (blob,) in

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -40,6 +40,7 @@ from .sessions import Registry, Session
 
 SWEEP_INTERVAL_S = 0.5
 MAX_RESTORED_GROUPS = 64
+MAX_IDENTITIES = 200_000
 # Sessions expired per sweep at most: a mass expiry is spread over several rounds so
 # the shell reads the heartbeats of healthy sessions in between.
 EXPIRE_PER_SWEEP = 64
@@ -82,7 +83,9 @@ class Engine:
         self.broker_id = broker_id
         self.limits = limits
         self.registry = Registry()
-        self.identities: dict[str, IdentityRecord] = dict(identities or {})
+        # Who last held each id, newest last; bounded so connect/close loops cannot
+        # grow it without end (the oldest records are forgotten first).
+        self.identities: OrderedDict[str, IdentityRecord] = OrderedDict(identities or {})
         self.new_id = new_id
         self.new_token = new_token
         self.other_brokers = 0
@@ -292,6 +295,9 @@ class Engine:
         self.registry.add(session)
         record = IdentityRecord(session.atomic_session_id, token_hash(session.token))
         self.identities[session.id] = record
+        self.identities.move_to_end(session.id)
+        if len(self.identities) > MAX_IDENTITIES:
+            self.identities.popitem(last=False)
         self.persist(("identity", session.id, record.atomic_session_id, record.token_hash,
                       session.name, now))
         membership_changed(self.registry, session, set(), set(session.groups), self.out,

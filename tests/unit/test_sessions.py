@@ -268,3 +268,13 @@ def test_one_presence_event_is_shared_by_every_peer():
     bus.hello("newcomer")
     envs = [c.env for c in bus.last if isinstance(c, Send) and c.env["k"] == "event"]
     assert len(envs) == 3 and all(env is envs[0] for env in envs)
+
+
+def test_identity_memory_is_bounded(monkeypatch):
+    from broker.core import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "MAX_IDENTITIES", 3)
+    bus = Bus()
+    for n in range(5):
+        bus.hello(f"s{n}")
+    assert list(bus.engine.identities) == [uuid_from(0xA0000003), uuid_from(0xA0000004), uuid_from(0xA0000005)]
