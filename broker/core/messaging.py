@@ -104,21 +104,20 @@ class Messaging:
         """A child asks the session that launched it, across groups if need be."""
         if re is None:
             raise BusError("bad_envelope", detail="a supervisor ask needs a string id")
-        params = {k: env.get(k) for k in ("message", "attachments", "timeout") if k in env}
-        params["action"] = "ask"
-        problem_params = tool_params(params)
+        params = {k: env[k] for k in ("message", "attachments", "timeout") if k in env}
+        params = tool_params({**params, "action": "ask"})
 
         def admit() -> None:
-            parent = self.registry.by_id.get(session.parent_id or "")
+            message, attachments = _body("contact_supervisor", params)
             if session.parent_id is None:
                 raise BusError("not_supervisor")
+            parent = self.registry.by_id.get(session.parent_id)
             if parent is None:
                 raise BusError("peer_disconnected", name="The supervisor")
-            self._open_ask(session, parent, re, problem_params.get("message") or "",
-                           problem_params.get("attachments") or [],
-                           problem_params.get("timeout"), now, supervisor=True)
+            self._open_ask(session, parent, re, message, attachments, params.get("timeout"),
+                           now, supervisor=True)
 
-        result = self._once(session, "supervisor", problem_params, re, admit)
+        result = self._once(session, "supervisor", params, re, admit)
         if result is not None:
             engine.reply(session, re, result)
 
@@ -156,10 +155,7 @@ class Messaging:
 
     def _reply(self, session: Session, params: dict, turn: str | None, re: str,
                now: float) -> dict:
-        message = params.get("message")
-        attachments = params.get("attachments") or []
-        if message is None or (not message and not attachments):
-            raise BusError("missing_param", action="reply", param="message")
+        message, attachments = _body("reply", params)
         ask, ordinary = self._thread(session, params, turn)
         if ask is not None:
             self.asks.close(ask)
@@ -301,14 +297,19 @@ class Messaging:
 
 
 def _message_params(action: str, params: dict) -> tuple[str, str, list[dict]]:
-    attachments = params.get("attachments") or []
     to = params.get("to")
     if not to:
         raise BusError("missing_param", action=action, param="to")
+    return (to, *_body(action, params))
+
+
+def _body(action: str, params: dict) -> tuple[str, list[dict]]:
+    """Message text and attachments; a message needs text or at least one attachment."""
+    attachments = params.get("attachments") or []
     message = params.get("message")
     if message is None or (not message and not attachments):
         raise BusError("missing_param", action=action, param="message")
-    return to, message, attachments
+    return message, attachments
 
 
 def _names(session: Session, to: str) -> bool:

@@ -290,3 +290,9 @@ def test_interactive_sessions_cannot_report_a_terminal_status():
     bus = three()
     out = bus.feed(b"bob", envelope("status", id="s1", status="completed"))
     assert out[0].env["code"] == "invalid_status"
+
+
+def test_supervisor_ask_needs_a_message():
+    bus = supervised()
+    out = bus.feed(b"child", envelope("supervisor", id="s1", message=""))
+    assert result_for(out, b"child", "s1")["code"] == "missing_param"
