@@ -1,0 +1,85 @@
+"""Client behaviours set by config or connect options, through the public surface."""
+
+import threading
+
+import pytest
+
+from client import Client, ConnectError
+from schemas.config import Config
+
+
+def open_session(broker, name, **kwargs):
+    return Client.connect(name=name, endpoint=broker.endpoint, timeout=15, **kwargs)
+
+
+def test_reply_hint_is_in_the_body_only_when_configured(broker):
+    with open_session(broker, "alice") as alice, \
+            open_session(broker, "bob") as bob, \
+            open_session(broker, "carol", config=Config(replyHint=False)) as carol:
+        alice.intercom(action="send", to="bob", message="with hint")
+        alice.intercom(action="send", to="carol", message="without hint")
+        assert "intercom(" in bob.receive(timeout=10)["body"]
+        assert "intercom(" not in carol.receive(timeout=10)["body"]
+
+
+def test_confirm_send_skips_sends_that_carry_reply_to(broker):
+    asked = []
+    with open_session(broker, "alice", config=Config(confirmSend=True),
+                      confirm=lambda params: asked.append(params) or False) as alice, \
+            open_session(broker, "bob") as bob:
+        bob.intercom(action="send", to="alice", message="question")
+        msg = alice.receive(timeout=10)
+        result = alice.intercom(action="send", to="bob", message="answer", replyTo=msg["id"])
+        assert result["ok"] and asked == []
+        assert bob.receive(timeout=10)["replyTo"] == msg["id"]
+
+
+def test_marked_terminal_child_refuses_asks_with_the_spec_text(broker):
+    with open_session(broker, "parent") as parent, \
+            open_session(broker, "child", kind="noninteractive", parent=parent) as child:
+        assert child.mark_terminal()["ok"]
+        result = parent.intercom(action="ask", to="child", message="still there?", timeout=5)
+        assert result == {"ok": False, "code": "terminal_child",
+                          "error": "Target noninteractive child is terminal and cannot reply"}
+
+
+def test_closed_session_id_goes_back_only_to_the_same_atomic_session(broker):
+    first = open_session(broker, "resumable", atomic_session_id="atomic-1")
+    old_id = first.id
+    first.close()
+    stranger = open_session(broker, "stranger", session_id=old_id, atomic_session_id="atomic-2")
+    assert stranger.id != old_id
+    stranger.close()
+    with open_session(broker, "resumed", session_id=old_id, atomic_session_id="atomic-1") as back:
+        assert back.id == old_id
+
+
+def test_live_id_is_not_given_to_a_second_registration(broker):
+    with open_session(broker, "holder", atomic_session_id="atomic-1") as holder, \
+            open_session(broker, "copy", session_id=holder.id, atomic_session_id="atomic-1") as copy:
+        assert copy.id != holder.id
+
+
+def test_client_enforces_configured_max_pending_asks(broker):
+    with open_session(broker, "alice", config=Config(maxPendingAsks=2)) as alice, \
+            open_session(broker, "bob"):
+        started = threading.Barrier(3)
+        results = []
+
+        def ask():
+            started.wait()
+            results.append(alice.intercom(action="ask", to="bob", message="q", timeout=2))
+
+        threads = [threading.Thread(target=ask) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        codes = sorted(r["code"] for r in results)
+        assert codes == ["ask_timeout", "ask_timeout", "too_many_asks"]
+
+
+def test_connect_to_a_missing_broker_raises_connect_error(short_tmp):
+    with pytest.raises(ConnectError) as error:
+        Client.connect(name="lonely", endpoint=f"ipc://{short_tmp}/none.sock", timeout=0.5)
+    assert error.value.code == "broker_unavailable"
