@@ -61,28 +61,8 @@ def role_raw_receiver(endpoint: str, identity: str, warm: int, count: int,
     import msgpack
     import zmq
 
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.linger = 0
-    sock.rcvhwm = HWM
-    sock.identity = identity.encode()
-    sock.connect(endpoint)
-    # Make sure the forwarder knows our identity before anyone sends to us.
-    sock.rcvtimeo = 200
-    for _ in range(100):
-        sock.send(msgpack.packb({"to": sock.identity, "m": "hello"}))
-        try:
-            sock.recv()
-            break
-        except zmq.Again:
-            continue
-    else:
-        raise RuntimeError("forwarder did not echo the receiver's hello")
-    while True:                      # drop stray hello echoes
-        try:
-            sock.recv(zmq.NOBLOCK)
-        except zmq.Again:
-            break
+    # The forwarder must know our identity before anyone sends to us.
+    ctx, sock = _raw_dealer(endpoint, identity.encode(), rcvhwm=HWM)
     emit("ready", pid=os.getpid())
     sock.rcvtimeo = int(idle_s * 1000)
     counter = Counter(warm, count)
@@ -166,7 +146,7 @@ def role_raw_echo_probe(endpoint: str, n: int, warm: int) -> None:
     ctx.term()
 
 
-def _raw_dealer(endpoint: str, identity: bytes):
+def _raw_dealer(endpoint: str, identity: bytes, rcvhwm: int | None = None):
     """A DEALER with ``identity`` that the raw forwarder already knows (hello echo)."""
     import msgpack
     import zmq
@@ -174,6 +154,8 @@ def _raw_dealer(endpoint: str, identity: bytes):
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.linger = 0
+    if rcvhwm is not None:
+        sock.rcvhwm = rcvhwm
     sock.identity = identity
     sock.connect(endpoint)
     hello = msgpack.packb({"to": identity, "m": "hello"})
