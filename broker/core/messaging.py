@@ -19,17 +19,17 @@ Reply resolution, first rule that applies:
 from __future__ import annotations
 
 import re as _re
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from schemas.errors import BusError
-from schemas.limits import PREFIX_LEN
+from schemas.limits import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PREFIX_LEN, PROTOCOL_VERSION
 from schemas.protocol import envelope
 
 from .actions import tool_params
 from .asks import Ask, AskTable
+from .bounded import RecentMap
 from .commands import Send
-from .dedup import MessageIds, fingerprint
+from .dedup import MessageIds, fingerprint, text_fingerprint
 from .paths import looks_like_path
 from .sessions import Session
 from .targeting import resolve_session
@@ -37,8 +37,11 @@ from .targeting import resolve_session
 if TYPE_CHECKING:
     from .engine import Engine
 
-RECENT_PER_SESSION = 256
+RECENT_PER_SESSION = 512      # ordinary messages a session can still reply to: 256 to 512
 _HEX_PREFIX = _re.compile(r"[0-9a-f]{8}")
+# The keys of a plain live send (no attachments, no replyTo): the common case, which
+# takes a path with the same checks and answers but less general machinery.
+_PLAIN_SEND_KEYS = frozenset({"v", "k", "id", "action", "to", "message", "quiet", "currentTurn"})
 
 
 class Messaging:
@@ -50,7 +53,7 @@ class Messaging:
         self.asks = AskTable(self)
         self.ids = MessageIds()
         # Ordinary messages each session received lately: msg id -> sender id.
-        self.recent: dict[str, OrderedDict[str, str]] = {}
+        self.recent: dict[str, RecentMap[str, str]] = {}
         engine.actions.update({"send": self.send, "ask": self.ask, "reply": self.reply,
                                "pending": self.pending})
         engine.kinds_extra["supervisor"] = self.contact_supervisor
@@ -72,8 +75,38 @@ class Messaging:
     # -- send --------------------------------------------------------------------------
 
     def send(self, session: Session, env: dict, re: str, now: float) -> dict | None:
+        to = env.get("to")
+        message = env.get("message")
+        if (to.__class__ is str and message.__class__ is str and env.keys() <= _PLAIN_SEND_KEYS
+                and 0 < len(to) <= MAX_TARGET_CHARS and 0 < len(message) <= MAX_MESSAGE_CHARS
+                and not to.startswith("workflow:")):
+            return self._plain_send(session, to, message, re, now)
         params = tool_params(env)
         return self._once(session, "send", params, re, lambda: self._send(session, params, re, now))
+
+    def _plain_send(self, session: Session, to: str, message: str, re: str,
+                    now: float) -> dict | None:
+        """``send`` of text to a live session: ``_once`` + ``_send`` + ``deliver``
+        for the envelope shape nearly every send has, inlined."""
+        ids = self.ids
+        mark = text_fingerprint("send", to, message)
+        entry = ids.lookup(re, session.id, mark)
+        if entry is not None:
+            self.engine.stats["dedup.retries"] += 1
+            return entry[0]
+        try:
+            target = self._resolve(session, to)
+        except BusError as error:
+            ids.record(re, session.id, mark, error.reply())
+            raise
+        self.remember(target, re, session)
+        self.engine.out.append(Send(target.identity, {
+            "v": PROTOCOL_VERSION, "k": "msg", "id": re, "message": message,
+            "attachments": [], "sentAt": now, "expectsReply": False,
+            "fromName": session.name, "from": session.id}))
+        answer = {"delivered": True, "to": target.id, "toName": target.name, "messageId": re}
+        ids.record(re, session.id, mark, answer)
+        return answer
 
     def _send(self, session: Session, params: dict, re: str, now: float) -> dict | None:
         to, message, attachments = _message_params("send", params)
@@ -257,10 +290,8 @@ class Messaging:
         """Note an ordinary message ``target`` received, so it can reply to it."""
         recent = self.recent.get(target.id)
         if recent is None:
-            recent = self.recent[target.id] = OrderedDict()
+            recent = self.recent[target.id] = RecentMap(RECENT_PER_SESSION)
         recent[msg_id] = sender.id
-        if len(recent) > RECENT_PER_SESSION:
-            recent.popitem(last=False)
 
     # -- idempotence -----------------------------------------------------------------------
 
@@ -270,7 +301,7 @@ class Messaging:
         entry = self.ids.lookup(re, session.id, mark)
         if entry is not None:
             self.engine.stats["dedup.retries"] += 1
-            return entry[2]          # None while an ask still waits: its answer comes later
+            return entry[0]          # None while an ask still waits: its answer comes later
         try:
             answer = run()
         except BusError as error:

@@ -68,6 +68,11 @@ def _reachable(registry: Registry, caller: Session, target: Session) -> Session:
 
 def _pick(registry: Registry, caller: Session, to: str, ids) -> Session | None:
     """One visible candidate, self_target, ambiguity, or None when nothing is visible."""
+    if len(ids) == 1:
+        for only in ids:
+            session = registry.by_id.get(only)
+            if session is not None and session is not caller and registry.visible(caller, session):
+                return session
     candidates = [registry.by_id[i] for i in ids if i in registry.by_id]
     visible = [s for s in candidates if s is not caller and registry.visible(caller, s)]
     if len(visible) == 1:
