@@ -22,8 +22,8 @@ import msgpack
 import zmq
 
 from schemas.errors import BusError
-from schemas.limits import LEASE_RENEW_S, LEASE_S, MAX_BATCH, MAX_FRAME_BYTES
-from schemas.protocol import pack, unpack_frame
+from schemas.limits import LEASE_RENEW_S, LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
+from schemas.protocol import envelope, new_packer, pack, pack_frames, unpack_frame
 
 from .core import Engine, IdentityRecord, Limits, Persist, Publish, Send
 from .logs import get_logger
@@ -86,6 +86,7 @@ class Broker:
         self.worker.start()
         self.worker.ready.wait()
         self._lease_due = 0.0
+        self._packb = new_packer()
         self.frames_in = 0
         self.frames_out = 0
 
@@ -245,10 +246,18 @@ class Broker:
             else:
                 writes.append((command.ticket, command.op))
         router = self.router
+        packb = self._packb
         for identity, envs in outbox.items():
-            for start in range(0, len(envs), MAX_BATCH):
-                chunk = envs[start:start + MAX_BATCH]
-                frame = pack(chunk[0] if len(chunk) == 1 else chunk)
+            frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES, packb)
+            for env in oversize:
+                # Nothing a client could read; a request it answers fails instead of hanging.
+                self.engine.stats["dropped.oversize"] += 1
+                if env.get("k") == "result" and env.get("re") is not None:
+                    error = BusError("frame_too_large", size=len(packb(env)),
+                                     limit=MAX_INBOUND_FRAME_BYTES)
+                    frames.append(packb(envelope("result", re=env["re"], ok=False,
+                                                 code=error.code, error=error.text)))
+            for frame in frames:
                 try:
                     router.send(identity, _SNDMORE_NOBLOCK)
                     router.send(frame, _NOBLOCK)

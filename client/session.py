@@ -309,11 +309,13 @@ class Session:
         batches), a queued workflow send to the full ``queued`` answer, a failure to
         the usual error dict.
         """
-        env = {"v": PROTOCOL_VERSION, "k": "call", "id": f"{self._bulk_prefix}{self._bulk_next():x}",
-               "action": "send", "to": to, "message": message, "quiet": True}
-        if attachments:
-            env["attachments"] = attachments
-        return self._transport.request(env)
+        msg_id = f"{self._bulk_prefix}{self._bulk_next():x}"
+        if not attachments and to.__class__ is str and message.__class__ is str:
+            # Runs of these to one target travel as one ``sends`` envelope.
+            return self._transport.request_send(to, msg_id, message)
+        return self._transport.request({
+            "v": PROTOCOL_VERSION, "k": "call", "id": msg_id, "action": "send", "to": to,
+            "message": message, "attachments": attachments, "quiet": True})
 
     # -- inbound ----------------------------------------------------------------------
 

@@ -37,8 +37,9 @@ from typing import Any, Callable
 import zmq
 
 from schemas.errors import BusError
-from schemas.limits import HEARTBEAT_S, LIVENESS_S, MAX_BATCH
-from schemas.protocol import envelope, pack, unpack_frame
+from schemas.limits import (HEARTBEAT_S, LIVENESS_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES,
+                            MAX_SEND_ITEMS, PROTOCOL_VERSION)
+from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
 
 from .replies import FINISHED, OPEN, PENDING, Reply
 
@@ -51,6 +52,8 @@ _ACKED = {"ok": True, "delivered": True}
 # How long a caller waits for the IO thread to finish servicing the socket before it
 # hands its call over instead of running it itself.
 _TAKE_OVER_WAIT_S = 0.005
+# Text bytes (an upper bound) of one ``sends`` envelope: a quarter of a frame.
+_SENDS_BYTES = MAX_FRAME_BYTES // 4
 
 
 class Transport:
@@ -100,6 +103,7 @@ class Transport:
         self._sock = sock
         self._sock_open = True
         self._recv = sock.recv
+        self._packb = new_packer()      # used only under _io_lock
         self._send_frame = sock.send
         self._getsockopt = sock.getsockopt
         self._sock_fd = sock_fd = sock.getsockopt(zmq.FD)
@@ -130,6 +134,22 @@ class Transport:
             self._outbox.append(env)
             if not self._wake_pending:
                 self._wake()
+        return reply
+
+    def request_send(self, to: str, msg_id: str, message: str) -> Reply:
+        """A quiet plain send (``call``/``send`` of text to ``to``), queued as the
+        tuple ``(to, id, message)``: runs of them to one target leave as one ``sends``
+        envelope. The future gets the broker's answer for this id."""
+        item = (to, msg_id, message)
+        reply = Reply(self._cond)
+        with self._owed_lock:
+            if self._dead:
+                reply.set_result(BusError("session_closed").reply())
+                return reply
+            self._owed[msg_id] = (item, reply)
+        self._outbox.append(item)
+        if not self._wake_pending:
+            self._wake()
         return reply
 
     def call(self, env: dict, timeout: float) -> dict | None:
@@ -297,24 +317,49 @@ class Transport:
         self._outbox.appendleft(hello)
 
     def _flush(self) -> None:
+        """Send everything queued, in order, in as few frames as the limits allow."""
         outbox = self._outbox
         popleft = outbox.popleft
+        envs: list[dict] = []
         while outbox:
-            n = len(outbox)
-            if n == 1:
-                self._send(popleft())
+            item = popleft()
+            if item.__class__ is tuple:
+                to = item[0]
+                items = [[item[1], item[2]]]
+                size = _text_bytes(item[2])
+                while outbox and size < _SENDS_BYTES and len(items) < MAX_SEND_ITEMS:
+                    after = outbox[0]
+                    if after.__class__ is not tuple or after[0] != to:
+                        break
+                    popleft()
+                    items.append([after[1], after[2]])
+                    size += _text_bytes(after[2])
+                envs.append({"v": PROTOCOL_VERSION, "k": "sends", "to": to, "items": items})
             else:
-                if n > MAX_BATCH:
-                    n = MAX_BATCH
-                self._send([popleft() for _ in range(n)])
+                envs.append(item)
+        if envs:
+            self._send(envs)
 
-    def _send(self, value: dict | list[dict]) -> None:
-        frame = pack(value)
-        try:
-            self._send_frame(frame, _NOBLOCK)
-        except zmq.Again:
-            self._send_frame(frame)   # queue full: wait for room rather than lose a request
+    def _send(self, envs: list[dict]) -> None:
+        frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_FRAME_BYTES, self._packb)
+        for frame in frames:
+            try:
+                self._send_frame(frame, _NOBLOCK)
+            except zmq.Again:
+                self._send_frame(frame)   # queue full: wait for room rather than lose a request
         self._last_sent = time.monotonic()
+        if oversize:
+            self._refuse_oversize(oversize)
+
+    def _refuse_oversize(self, envs: list[dict]) -> None:
+        """Requests the broker would refuse unread: answer them here, at once."""
+        answers = []
+        for env in envs:
+            size = len(self._packb(env))
+            ids = [item[0] for item in env["items"]] if env.get("k") == "sends" else [env.get("id")]
+            reply = BusError("request_too_large", size=size, limit=MAX_FRAME_BYTES).reply()
+            answers.extend((msg_id, dict(reply)) for msg_id in ids if isinstance(msg_id, str))
+        self._deliver([], [], answers)
 
     def _drain(self) -> None:
         recv, getsockopt = self._recv, self._getsockopt
@@ -337,7 +382,7 @@ class Transport:
                 break
             self.last_heard = time.monotonic()
             try:
-                envs = unpack_frame(frame)
+                envs = unpack_frame(frame, MAX_INBOUND_FRAME_BYTES)
             except BusError:
                 continue
             for env in envs:
@@ -363,6 +408,8 @@ class Transport:
                         answers.append((re, env))
                 elif kind == "msg":
                     msgs.append(env)
+                elif kind == "msgs":
+                    _expand(env, msgs)
                 elif kind == "acks":
                     ids = env.get("ids")
                     if isinstance(ids, list):
@@ -447,6 +494,23 @@ class Transport:
                 self._sock.close()
                 if _EPOLL:
                     self._io_poller.close()
+
+
+def _text_bytes(text: str) -> int:
+    """An upper bound of the UTF-8 size of ``text`` (exact for ASCII)."""
+    return len(text) if text.isascii() else 4 * len(text)
+
+
+def _expand(env: dict, msgs: list) -> None:
+    """The ``msg`` envelopes a ``msgs`` envelope stands for, appended to ``msgs``."""
+    sender, name, sent_at = env.get("from"), env.get("fromName"), env.get("sentAt")
+    items = env.get("items")
+    if not isinstance(items, list):
+        return
+    for item in items:
+        if isinstance(item, list) and len(item) == 2:
+            msgs.append({"id": item[0], "message": item[1], "attachments": [], "sentAt": sent_at,
+                         "expectsReply": False, "fromName": name, "from": sender})
 
 
 def _strip(env: dict) -> dict[str, Any]:

@@ -38,6 +38,7 @@ _TABLE = [
     ErrorSpec("batch_too_large", "protocol", "Batch of {size} envelopes exceeds the limit of {limit}"),
     # -- request -------------------------------------------------------------------
     ErrorSpec("invalid_params", "request", "{detail}"),
+    ErrorSpec("request_too_large", "request", "Request of {size} bytes exceeds the broker's limit of {limit} bytes; send less text or fewer attachments"),
     ErrorSpec("unknown_action", "request", "Unknown action {action!r}"),
     ErrorSpec("missing_param", "request", "Action {action!r} requires {param!r}"),
     ErrorSpec("invalid_attachment", "request", "Attachment {index}: {detail}"),

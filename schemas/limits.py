@@ -2,8 +2,10 @@
 
 PROTOCOL_VERSION = 1
 
-MAX_FRAME_BYTES = 1 << 20          # one ZeroMQ frame, before decoding
+MAX_FRAME_BYTES = 1 << 20          # one ZeroMQ frame to the broker, before decoding
+MAX_INBOUND_FRAME_BYTES = 4 << 20  # one frame from the broker (a delivery adds a header)
 MAX_BATCH = 512                    # envelopes in one frame
+MAX_SEND_ITEMS = 1024              # [id, message] pairs in one ``sends`` envelope
 MAX_MESSAGE_CHARS = 256 * 1024     # message text
 MAX_ATTACHMENTS = 32
 MAX_ATTACHMENT_CHARS = 256 * 1024  # one attachment's content

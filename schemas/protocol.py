@@ -16,12 +16,19 @@ Client to broker (``CLIENT_KINDS``):
 ``supervisor`` ask the launching session (message, attachments, timeout), across groups.
 ``workflow``   a workflow host operation (``op``: register_run, stage_state, end_run).
 ``received``   receipt for a delivered message (sticky-delivery bookkeeping).
+``sends``      pipelined plain sends to one target: ``to`` and ``items``, a list of
+               ``[id, message]`` pairs. Each item is exactly the quiet ``call`` with
+               ``action: send`` of that id, target and text, answered the same way
+               (its id in ``acks``, or its own ``result`` on failure).
 
 Broker to client (``BROKER_KINDS``):
 
 ``result``     the answer to a request: ``ok`` plus fields, or ``code``/``error``;
                the answer to ``hello`` carries sessionId, token, name, groups, homeGroup.
 ``msg``        an inbound message for the session.
+``msgs``       several ordinary text messages from one sender: ``from``,
+               ``fromName``, ``sentAt`` and ``items`` (``[id, message]`` pairs); each
+               item reads as a ``msg`` with no attachments that expects no reply.
 ``event``      an in-band presence event (also published on PUB, topic = group).
 ``hb``         heartbeat answer.
 ``acks``       ``ids``: requests sent with ``quiet: true`` that succeeded (one
@@ -30,15 +37,16 @@ Broker to client (``BROKER_KINDS``):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import msgpack
 
 from .errors import BusError
 from .limits import MAX_BATCH, MAX_FRAME_BYTES, PROTOCOL_VERSION
 
-CLIENT_KINDS = frozenset({"hello", "call", "status", "hb", "bye", "supervisor", "workflow", "received"})
-BROKER_KINDS = frozenset({"result", "msg", "event", "hb", "acks"})
+CLIENT_KINDS = frozenset({"hello", "call", "status", "hb", "bye", "supervisor", "workflow",
+                          "received", "sends"})
+BROKER_KINDS = frozenset({"result", "msg", "msgs", "event", "hb", "acks"})
 
 PRESENCE_EVENTS = ("session_joined", "session_left", "presence_update")
 SESSION_KINDS = ("interactive", "noninteractive", "stage")
@@ -48,6 +56,54 @@ SESSION_KINDS = ("interactive", "noninteractive", "stage")
 def pack(value: Any) -> bytes:
     """Encode one envelope or a list of envelopes."""
     return msgpack.packb(value, use_bin_type=True)
+
+
+def new_packer() -> Callable[[Any], bytes]:
+    """A reusable encoder (about twice as fast as ``pack``); one per thread of use."""
+    return msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def pack_frames(envs: list[dict], batch_bytes: int = MAX_FRAME_BYTES,
+                max_bytes: int = MAX_FRAME_BYTES,
+                _packb: Callable[[Any], bytes] = pack) -> tuple[list[bytes], list[dict]]:
+    """Pack envelopes, in order, into as few frames as the limits allow.
+
+    A frame holds at most ``MAX_BATCH`` envelopes and, when it holds several, at most
+    ``batch_bytes`` bytes. Returns the frames and the envelopes that alone pack to more
+    than ``max_bytes`` (left out: the caller answers for them). ``_packb`` encodes one
+    value (an owner's :func:`new_packer`).
+    """
+    if len(envs) == 1:
+        data = _packb(envs[0])
+        return ([data], []) if len(data) <= max_bytes else ([], envs)
+    frames: list[bytes] = []
+    oversize: list[dict] = []
+    parts: list[bytes] = []
+    size = 0
+    limit = batch_bytes - 3          # room for the array header
+    for env in envs:
+        data = _packb(env)
+        if len(data) > max_bytes:
+            oversize.append(env)
+            continue
+        if parts and (size + len(data) > limit or len(parts) == MAX_BATCH):
+            frames.append(_join(parts))
+            parts = []
+            size = 0
+        parts.append(data)
+        size += len(data)
+    if parts:
+        frames.append(_join(parts))
+    return frames, oversize
+
+
+def _join(parts: list[bytes]) -> bytes:
+    """A msgpack array of already packed values (an array is its header, then them)."""
+    n = len(parts)
+    if n == 1:
+        return parts[0]
+    head = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
+    return head + b"".join(parts)
 
 
 def unpack_frame(frame: bytes, max_bytes: int = MAX_FRAME_BYTES) -> list[dict]:

@@ -49,6 +49,13 @@ class MessageIds:
                answer: dict[str, Any] | None) -> None:
         self._seen[msg_id] = (sender_id, fingerprint, None if answer is None else tuple(answer.items()))
 
+    def __contains__(self, msg_id: str) -> bool:
+        return msg_id in self._seen
+
+    def record_items(self, msg_id: str, sender_id: str, fingerprint: int, items: tuple) -> None:
+        """``record`` with the answer given as ``tuple(answer.items())`` already."""
+        self._seen[msg_id] = (sender_id, fingerprint, items)
+
     def answer(self, msg_id: str, answer: dict[str, Any]) -> None:
         entry = self._seen.get(msg_id)
         if entry is not None:

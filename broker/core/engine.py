@@ -98,7 +98,7 @@ class Engine:
         self._next_ticket = 0
         # Subsystems register here: kind handlers, action handlers, tick and
         # persisted hooks, disconnect hooks.
-        from . import actions, messaging, workflow  # noqa: PLC0415  (avoid an import cycle)
+        from . import actions, bulk, messaging, workflow  # noqa: PLC0415  (avoid an import cycle)
         self.actions: dict[str, Callable[..., dict | None]] = {}
         self.kinds_extra: dict[str, Callable[..., None]] = {}
         self.on_disconnect: list[Callable[[Session, str, float], None]] = []
@@ -107,6 +107,7 @@ class Engine:
         actions.install(self)
         self.workflows = workflow.Workflows(self)
         self.messaging = messaging.Messaging(self)
+        bulk.install(self)
 
     # -- inputs ----------------------------------------------------------------------
 
@@ -200,6 +201,11 @@ class Engine:
         membership_changed(self.registry, session, before, set(), self.out, departing=True)
         for hook in self.on_disconnect:
             hook(session, reason, now)
+
+    def handle_one(self, identity: bytes, env: dict, now: float) -> None:
+        """Handle one envelope as if it had arrived alone, from inside another
+        handler (a ``sends`` item); its commands join the current output."""
+        self._handle(identity, env, now)
 
     # -- dispatch --------------------------------------------------------------------------
 

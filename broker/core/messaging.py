@@ -288,10 +288,14 @@ class Messaging:
 
     def remember(self, target: Session, msg_id: str, sender: Session) -> None:
         """Note an ordinary message ``target`` received, so it can reply to it."""
+        self.recent_for(target)[msg_id] = sender.id
+
+    def recent_for(self, target: Session) -> RecentMap[str, str]:
+        """The ordinary messages ``target`` received lately (msg id -> sender id)."""
         recent = self.recent.get(target.id)
         if recent is None:
             recent = self.recent[target.id] = RecentMap(RECENT_PER_SESSION)
-        recent[msg_id] = sender.id
+        return recent
 
     # -- idempotence -----------------------------------------------------------------------
 

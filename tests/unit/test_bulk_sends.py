@@ -1,0 +1,128 @@
+"""The ``sends`` kind: each item is the quiet send it stands for; deliveries leave as ``msgs``."""
+
+from schemas.protocol import envelope
+
+from .harness import Bus, uuid_from
+
+ALICE, BOB, CAROL = (uuid_from(0xA0000001), uuid_from(0xA0000002), uuid_from(0xA0000003))
+
+
+def pair():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("bob")
+    return bus
+
+
+def sends(bus, to, *items):
+    return bus.feed(b"alice", envelope("sends", to=to, items=[list(i) for i in items]))
+
+
+def acked(bus, identity=b"alice"):
+    return [i for env in bus.sends(identity, "acks") for i in env["ids"]]
+
+
+def results(bus, identity=b"alice"):
+    return {env["re"]: env for env in bus.sends(identity, "result")}
+
+
+def test_items_to_one_target_are_delivered_in_order_as_one_msgs_envelope():
+    bus = pair()
+    sends(bus, "bob", ("m1", "one"), ("m2", "two"), ("m3", "three"))
+    (msgs,) = bus.sends(b"bob", "msgs")
+    assert msgs["items"] == [["m1", "one"], ["m2", "two"], ["m3", "three"]]
+    assert msgs["from"] == ALICE and msgs["fromName"] == "alice" and msgs["sentAt"] == bus.now
+    assert acked(bus) == ["m1", "m2", "m3"]
+    assert results(bus) == {}
+
+
+def test_a_retried_item_is_acknowledged_again_and_not_delivered_twice():
+    bus = pair()
+    sends(bus, "bob", ("m1", "one"))
+    sends(bus, "bob", ("m1", "one"), ("m2", "two"))
+    (msgs,) = bus.sends(b"bob", "msgs")
+    assert msgs["items"] == [["m2", "two"]]
+    assert bus.sends(b"bob", "msg") == []
+    assert sorted(acked(bus)) == ["m1", "m2"]
+
+
+def test_a_retry_as_an_ordinary_call_gets_the_first_answer():
+    bus = pair()
+    sends(bus, "bob", ("m1", "one"))
+    result = bus.call(b"alice", "send", msg_id="m1", to="bob", message="one")
+    assert result["ok"] and result["delivered"] and result["to"] == BOB and result["messageId"] == "m1"
+    assert bus.sends(b"bob") == []
+
+
+def test_an_id_reused_for_other_text_is_refused_with_its_own_result():
+    bus = pair()
+    sends(bus, "bob", ("m1", "one"))
+    sends(bus, "bob", ("m1", "changed"), ("m2", "two"))
+    assert results(bus)["m1"]["code"] == "message_id_conflict"
+    assert acked(bus) == ["m2"]
+    assert bus.sends(b"bob", "msgs")[0]["items"] == [["m2", "two"]]
+
+
+def test_every_item_to_an_unknown_target_gets_the_ordinary_refusal():
+    bus = pair()
+    sends(bus, "nobody", ("m1", "one"), ("m2", "two"))
+    got = results(bus)
+    assert {got["m1"]["code"], got["m2"]["code"]} == {"target_not_found"}
+    assert acked(bus) == []
+
+
+def test_a_self_send_is_refused_per_item():
+    bus = pair()
+    sends(bus, "alice", ("m1", "one"))
+    assert results(bus)["m1"]["code"] == "self_target"
+
+
+def test_an_empty_text_is_refused_and_the_order_of_the_rest_is_kept():
+    bus = pair()
+    sends(bus, "bob", ("m1", "one"), ("m2", ""), ("m3", "three"))
+    assert results(bus)["m2"]["code"] == "missing_param"
+    delivered = [item for env in bus.sends(b"bob", "msgs") for item in env["items"]]
+    assert delivered == [["m1", "one"], ["m3", "three"]]
+    assert acked(bus) == ["m1", "m3"]
+
+
+def test_a_target_in_another_group_is_refused():
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("bob", group="elsewhere")
+    sends(bus, BOB, ("m1", "one"))
+    assert results(bus)["m1"]["code"] == "different_group"
+    assert bus.sends(b"bob") == []
+
+
+def test_a_delivered_item_can_be_replied_to_by_its_id():
+    bus = pair()
+    sends(bus, "bob", ("m1", "one"))
+    result = bus.call(b"bob", "reply", msg_id="r1", message="got it", replyTo="m1", currentTurn="m1")
+    assert result["ok"] and result["to"] == ALICE and result["replyTo"] == "m1"
+
+
+def test_malformed_items_are_dropped_and_counted_and_good_ones_still_delivered():
+    bus = pair()
+    bus.feed(b"alice", envelope("sends", to="bob", items=[["m1", "one"], "junk", [5, "x"], ["m2"]]))
+    assert bus.sends(b"bob", "msgs")[0]["items"] == [["m1", "one"]]
+    assert bus.engine.stats["dropped.bad_send_item"] == 3
+
+
+def test_a_sends_without_a_list_of_items_is_refused_as_a_bad_envelope():
+    bus = pair()
+    out = bus.feed(b"alice", envelope("sends", to="bob", items="m1"))
+    (error,) = [c.env for c in out if c.env.get("k") == "result"]
+    assert error["code"] == "bad_envelope"
+
+
+def test_a_non_string_target_is_refused_per_item_as_invalid_params():
+    bus = pair()
+    sends(bus, 5, ("m1", "one"))
+    assert results(bus)["m1"]["code"] == "invalid_params"
+
+
+def test_a_sends_before_hello_is_refused():
+    bus = Bus()
+    out = bus.feed(b"ghost", envelope("sends", to="bob", items=[["m1", "one"]]))
+    assert [c.env["code"] for c in out] == ["not_connected"]
