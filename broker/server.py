@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgpack
 import zmq
+from zmq.backend import zmq_poll
 
 from schemas.errors import BusError
 from schemas.limits import LEASE_RENEW_S, LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
@@ -32,6 +33,7 @@ from .store import Store
 
 DRAIN_LIMIT = 512
 MAX_POLL_S = 0.5
+MAX_POLL_MS = MAX_POLL_S * 1000
 # Garbage-collector thresholds while serving. Routing allocates short-lived dicts by
 # the hundred thousand per second; with the default (700) the collector runs every few
 # frames and its full passes walk every long-lived record. Objects that live through
@@ -142,9 +144,10 @@ class Broker:
         self._stopping = True
 
     def serve_forever(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self.router, zmq.POLLIN)
-        poller.register(self.worker_sock, zmq.POLLIN)
+        router, worker_sock = self.router, self.worker_sock
+        # zmq_poll itself: the Poller wrapper and a dict per round cost more than the
+        # routing of a small request.
+        poll_items = [(router, _POLLIN), (worker_sock, _POLLIN)]
         engine = self.engine
         self.log.info("broker_started", endpoint=self.settings.endpoint,
                       pub_endpoint=self.settings.pub_endpoint, db=str(self.settings.db_path),
@@ -153,11 +156,11 @@ class Broker:
         gc.collect()
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
+        deadline = engine.next_deadline()
         while not self._stopping:
-            now = time.time()
-            wait_s = min(MAX_POLL_S, max(0.0, engine.next_deadline() - now))
+            wait_ms = (deadline - time.time()) * 1000
             try:
-                ready = dict(poller.poll(wait_s * 1000))
+                ready = zmq_poll(poll_items, 0 if wait_ms <= 0 else min(wait_ms, MAX_POLL_MS))
             except zmq.ZMQError as exc:
                 if exc.errno == zmq.EINTR:
                     continue
@@ -165,10 +168,11 @@ class Broker:
             now = time.time()
             commands: list = []
             backlog = False
-            if self.router in ready:
-                backlog = self._drain_router(now, commands)
-            if self.worker_sock in ready:
-                self._drain_worker(now, commands)
+            for sock, _ in ready:
+                if sock is router:
+                    backlog = self._drain_router(now, commands)
+                else:
+                    self._drain_worker(now, commands)
             if now >= engine.next_deadline() and (not backlog or now - last_tick >= MAX_POLL_S * 2):
                 # Normally only with the input drained: heartbeats still queued in the
                 # socket must count before anyone is declared silent. Under a flood
@@ -185,20 +189,28 @@ class Broker:
                 for exc in engine.internal_errors:
                     self.log.error("internal_error", exc_info=exc)
                 engine.internal_errors.clear()
+            deadline = engine.next_deadline()
         self.log.info("broker_stopping", sessions=len(engine.registry), **self.statistics())
 
     def _drain_router(self, now: float, commands: list) -> bool:
-        """Read up to DRAIN_LIMIT frames; True when more input is still waiting."""
+        """Read up to DRAIN_LIMIT frames; True when more input is still waiting.
+
+        Called when poll found input, so the first read needs no look first.
+        """
         router = self.router
         engine = self.engine
         recv, getsockopt = router.recv, router.getsockopt
         # getsockopt with int constants: the attribute form (router.rcvmore) and a
-        # raised zmq.Again per drain cost more than the routing itself.
-        for _ in range(DRAIN_LIMIT):
-            if not getsockopt(_EVENTS) & _POLLIN:
+        # raised zmq.Again per drain cost more than the routing itself. A ROUTER hands
+        # over a whole message at once: identity, then at least one frame.
+        for n in range(DRAIN_LIMIT):
+            if n and not getsockopt(_EVENTS) & _POLLIN:
                 return False
-            identity = recv(_NOBLOCK)
-            frame = recv() if getsockopt(_RCVMORE) else b""
+            try:
+                identity = recv(_NOBLOCK)
+            except zmq.Again:
+                return False
+            frame = recv()
             extra = False
             while getsockopt(_RCVMORE):
                 recv()

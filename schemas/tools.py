@@ -159,12 +159,26 @@ def _string_check(schema: dict[str, Any]):
     return lambda v: v.__class__ is str and low <= len(v) <= high
 
 
+def _number_check(schema: dict[str, Any]):
+    above = schema.get("exclusiveMinimum")
+    low = schema.get("minimum")
+
+    def check(v: Any) -> bool:
+        # NaN fails every comparison, so it always takes the full schema walk.
+        if v.__class__ is not float and v.__class__ is not int:
+            return False
+        return (above is None or v > above) and (low is None or v >= low)
+    return check
+
+
 def _quick_checks() -> dict[str, Any]:
     """Per-parameter predicates equivalent to INTERCOM_SCHEMA for the common shapes."""
     checks = {}
     for key, sub in INTERCOM_SCHEMA["properties"].items():
         if sub.get("type") == "string":
             checks[key] = _string_check(sub)
+        elif sub.get("type") == "number":
+            checks[key] = _number_check(sub)
     return checks
 
 

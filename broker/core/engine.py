@@ -161,9 +161,9 @@ class Engine:
         return self._flush()
 
     def next_deadline(self) -> float:
-        deadlines = [self._next_sweep_at]
-        deadlines.extend(self.messaging.deadlines())
-        return min(deadlines)
+        """When :meth:`tick` next has work: the liveness sweep or an ask's deadline."""
+        ask_at = self.messaging.asks.next_deadline()
+        return self._next_sweep_at if ask_at is None or ask_at > self._next_sweep_at else ask_at
 
     # -- helpers for subsystems --------------------------------------------------------
 

@@ -62,10 +62,6 @@ class Messaging:
 
     # -- hooks the engine and the other actions call ----------------------------------
 
-    def deadlines(self) -> list[float]:
-        deadline = self.asks.next_deadline()
-        return [] if deadline is None else [deadline]
-
     def set_capability(self, session: Session, capability: str, now: float) -> None:
         session.reply_capability = capability
         if capability == "terminal":
@@ -281,7 +277,7 @@ class Messaging:
             msg["replyTo"] = reply_to
         for key, value in extra.items():
             if value:
-                msg[_camel(key)] = value
+                msg[_CAMEL.get(key) or _camel(key)] = value
         if not expects_reply:
             self.remember(target, msg_id, sender)
         self.engine.out.append(Send(target.identity, msg))
@@ -352,6 +348,9 @@ def _names(session: Session, to: str) -> bool:
     lowered = to.lower()
     return to == session.id or lowered == session.name.lower() or \
         (bool(_HEX_PREFIX.fullmatch(lowered)) and session.prefix == lowered)
+
+
+_CAMEL = {"timeout_s": "timeoutS", "supervisor": "supervisor"}
 
 
 def _camel(name: str) -> str:
