@@ -42,9 +42,26 @@ def render_attachments(attachments: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
+# The head and reply hint of the last plain message rendered, keyed by what they are
+# made of: the messages of one batch share their sender and send time, so most bodies
+# cost one concatenation. One tuple, replaced whole, as for the stamp.
+_last_plain: tuple = (None, "", "")
+
+
 def render_body(msg: dict, reply_hint: bool = True) -> str:
     """The agent-visible body of an inbound message."""
+    global _last_plain
     get = msg.get
+    if not get("attachments") and not get("expectsReply") and not get("replyTo") \
+            and not get("receivedBeforeStart"):
+        key = (get("fromName"), get("from"), get("sentAt"), reply_hint)
+        last = _last_plain
+        if last[0] != key:
+            head = f"Message from {key[0]} ({key[1]})\nSent: {_stamp(key[2])}\n\n"
+            hint = (f'\n\nTo answer: intercom({{action: "send", to: "{key[1]}", '
+                    f'message: "..."}})') if reply_hint else ""
+            last = _last_plain = (key, head, hint)
+        return f"{last[1]}{get('message', '')}{last[2]}"
     header = f"Message from {get('fromName')} ({get('from')})"
     if get("receivedBeforeStart"):
         header = f"Messages received before you started\n{header}"

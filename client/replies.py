@@ -25,21 +25,39 @@ __all__ = ["FINISHED", "OPEN", "PENDING", "Reply"]
 class Reply(Future):
     """A Future for one request's answer, sharing its transport's condition.
 
-    Cheaper to make than a plain Future (no Condition of its own) and resolved in
-    batches by the transport. Since one condition serves many replies, waits loop
-    until this reply is done. Everything else (done, cancel, callbacks,
-    ``concurrent.futures.wait``/``as_completed``) is Future's own code.
+    Cheaper to make than a plain Future (no Condition of its own, and the waiter and
+    callback lists only once something waits or calls back (``waiter_list``,
+    ``callback_list``, None until then): a bulk sender keeps
+    thousands of these alive, and every object they hold is one more for the garbage
+    collector to walk) and resolved in batches by the transport. Since one condition
+    serves many replies, waits loop until this reply is done. Everything else (done,
+    cancel, callbacks, ``concurrent.futures.wait``/``as_completed``) is Future's own
+    code. ``request`` is what was sent, for a resend after a reconnect.
     """
 
     # Future's fields; the first three are class defaults until first assigned.
     _state = PENDING
     _result = None
     _exception = None
+    # Behind Future's _waiters and _done_callbacks: None until first used.
+    waiter_list: list | None = None
+    callback_list: list | None = None
 
-    def __init__(self, condition: threading.Condition) -> None:   # Future.__init__ would make a Condition per reply
+    def __init__(self, condition: threading.Condition, request: Any = None) -> None:   # Future.__init__ would make a Condition per reply
         self._condition = condition
-        self._waiters = []
-        self._done_callbacks = []
+        self.request = request
+
+    @property
+    def _waiters(self) -> list:
+        if self.waiter_list is None:
+            self.waiter_list = []
+        return self.waiter_list
+
+    @property
+    def _done_callbacks(self) -> list:
+        if self.callback_list is None:
+            self.callback_list = []
+        return self.callback_list
 
     def _wait_done(self, timeout: float | None) -> bool:
         """With the condition held: wait until done; False on timeout."""

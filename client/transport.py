@@ -48,7 +48,6 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _IDLE_POLL_S = HEARTBEAT_S / 2
-_ACKED = {"ok": True, "delivered": True}
 # How long a caller waits for the IO thread to finish servicing the socket before it
 # hands its call over instead of running it itself.
 _TAKE_OVER_WAIT_S = 0.005
@@ -71,8 +70,11 @@ class Transport:
         self._hello = hello              # builds the hello envelope for (re)connects
         self._on_welcome = on_welcome
         self._outbox: collections.deque[dict] = collections.deque()
-        self._owed: dict[str, tuple[dict, Reply]] = {}   # id -> (request, reply)
-        self._owed_lock = threading.Lock()
+        # id -> reply (its request in ``reply.request``). No lock: single dict
+        # operations are atomic, and closing sets _dead before it empties the dict
+        # with popitem, so a request registered meanwhile is failed exactly once, by
+        # whichever side pops it.
+        self._owed: dict[str, Reply] = {}
         self._dead = False               # closed: new requests fail at once
         # Shared by all replies. Reentrant, as each Future's own is: concurrent.futures
         # wait() and as_completed() take the conditions of all their futures at once.
@@ -141,12 +143,11 @@ class Transport:
         tuple ``(to, id, message)``: runs of them to one target leave as one ``sends``
         envelope. The future gets the broker's answer for this id."""
         item = (to, msg_id, message)
-        reply = Reply(self._cond)
-        with self._owed_lock:
-            if self._dead:
-                reply.set_result(BusError("session_closed").reply())
-                return reply
-            self._owed[msg_id] = (item, reply)
+        reply = Reply(self._cond, item)
+        self._owed[msg_id] = reply
+        if self._dead:
+            self._refuse_closed(msg_id)
+            return reply
         self._outbox.append(item)
         if not self._wake_pending:
             self._wake()
@@ -215,20 +216,23 @@ class Transport:
 
     def forget(self, msg_id: str) -> None:
         """Stop waiting for ``msg_id`` (the caller gave up on it)."""
-        with self._owed_lock:
-            self._owed.pop(msg_id, None)
+        self._owed.pop(msg_id, None)
 
     # -- internals shared by the IO thread and leading callers -----------------------------
 
     def _register(self, env: dict) -> Reply:
         """A reply owed for ``env``; already failed when the transport is closed."""
-        reply = Reply(self._cond)
-        with self._owed_lock:
-            if not self._dead:
-                self._owed[env["id"]] = (env, reply)
-                return reply
-        reply.set_result(BusError("session_closed").reply())
+        reply = Reply(self._cond, env)
+        self._owed[env["id"]] = reply
+        if self._dead:
+            self._refuse_closed(env["id"])
         return reply
+
+    def _refuse_closed(self, msg_id: str) -> None:
+        """A request registered after close began: fail it unless close already did."""
+        reply = self._owed.pop(msg_id, None)
+        if reply is not None:
+            self._resolve([(reply, BusError("session_closed").reply())])
 
     def _wake(self) -> None:
         self._wake_pending = True
@@ -324,17 +328,22 @@ class Transport:
         while outbox:
             item = popleft()
             if item.__class__ is tuple:
-                to = item[0]
-                items = [[item[1], item[2]]]
-                size = _text_bytes(item[2])
-                while outbox and size < _SENDS_BYTES and len(items) < MAX_SEND_ITEMS:
+                to, msg_id, text = item
+                ids = [msg_id]
+                texts = [text]
+                # An upper bound of the UTF-8 size (exact for ASCII).
+                size = len(text) if text.isascii() else 4 * len(text)
+                while outbox and size < _SENDS_BYTES and len(ids) < MAX_SEND_ITEMS:
                     after = outbox[0]
                     if after.__class__ is not tuple or after[0] != to:
                         break
                     popleft()
-                    items.append([after[1], after[2]])
-                    size += _text_bytes(after[2])
-                envs.append({"v": PROTOCOL_VERSION, "k": "sends", "to": to, "items": items})
+                    _, msg_id, text = after
+                    ids.append(msg_id)
+                    texts.append(text)
+                    size += len(text) if text.isascii() else 4 * len(text)
+                envs.append({"v": PROTOCOL_VERSION, "k": "sends", "to": to, "ids": ids,
+                             "messages": texts})
             else:
                 envs.append(item)
         if envs:
@@ -356,7 +365,7 @@ class Transport:
         answers = []
         for env in envs:
             size = len(self._packb(env))
-            ids = [item[0] for item in env["items"]] if env.get("k") == "sends" else [env.get("id")]
+            ids = env["ids"] if env.get("k") == "sends" else [env.get("id")]
             reply = BusError("request_too_large", size=size, limit=MAX_FRAME_BYTES).reply()
             answers.extend((msg_id, dict(reply)) for msg_id in ids if isinstance(msg_id, str))
         self._deliver([], [], answers)
@@ -412,10 +421,10 @@ class Transport:
                     _expand(env, msgs)
                 elif kind == "acks":
                     ids = env.get("ids")
-                    if isinstance(ids, list):
-                        for re in ids:
-                            if isinstance(re, str):
-                                answers.append((re, {**_ACKED, "messageId": re}))
+                    if ids.__class__ is list:
+                        # None: acknowledged; the answer dict is made only for an
+                        # id still owed.
+                        answers.extend((re, None) for re in ids if re.__class__ is str)
                 elif kind == "event":
                     events.append(env)
 
@@ -425,10 +434,9 @@ class Transport:
             self._on_inbound(msgs, events)
         if not answers:
             return
-        owed = self._owed
-        with self._owed_lock:
-            done = [(entry[1], value) for re, value in answers
-                    if (entry := owed.pop(re, None)) is not None]
+        pop = self._owed.pop
+        done = [(reply, {"ok": True, "delivered": True, "messageId": re} if value is None else value)
+                for re, value in answers if (reply := pop(re, None)) is not None]
         if done:
             self._resolve(done)
 
@@ -439,10 +447,10 @@ class Transport:
                 if reply._state in OPEN:
                     reply._result = value
                     reply._state = FINISHED
-                    if reply._waiters:
-                        for waiter in reply._waiters:
+                    if reply.waiter_list:
+                        for waiter in reply.waiter_list:
                             waiter.add_result(reply)
-                    if reply._done_callbacks:
+                    if reply.callback_list:
                         callbacks.append(reply)
             self._cond.notify_all()
         for reply in callbacks:
@@ -455,15 +463,20 @@ class Transport:
         if not env.get("ok"):
             return
         self.connected.set()
-        with self._owed_lock:
-            pending = [request for request, _ in self._owed.values()]
+        pending = [reply.request for reply in list(self._owed.values())]
         self._outbox.extend(pending)
 
     def _fail_owed(self, error: BusError) -> None:
-        with self._owed_lock:
-            self._dead = True
-            owed, self._owed = self._owed, {}
-        self._resolve([(reply, error.reply()) for _, reply in owed.values()])
+        self._dead = True
+        owed = self._owed
+        failed = []
+        while True:
+            try:
+                _, reply = owed.popitem()
+            except KeyError:
+                break
+            failed.append((reply, error.reply()))
+        self._resolve(failed)
 
     # -- IO thread ----------------------------------------------------------------------
 
@@ -496,21 +509,15 @@ class Transport:
                     self._io_poller.close()
 
 
-def _text_bytes(text: str) -> int:
-    """An upper bound of the UTF-8 size of ``text`` (exact for ASCII)."""
-    return len(text) if text.isascii() else 4 * len(text)
-
-
 def _expand(env: dict, msgs: list) -> None:
     """The ``msg`` envelopes a ``msgs`` envelope stands for, appended to ``msgs``."""
     sender, name, sent_at = env.get("from"), env.get("fromName"), env.get("sentAt")
-    items = env.get("items")
-    if not isinstance(items, list):
+    ids, texts = env.get("ids"), env.get("messages")
+    if not isinstance(ids, list) or not isinstance(texts, list):
         return
-    for item in items:
-        if isinstance(item, list) and len(item) == 2:
-            msgs.append({"id": item[0], "message": item[1], "attachments": [], "sentAt": sent_at,
-                         "expectsReply": False, "fromName": name, "from": sender})
+    msgs.extend({"id": msg_id, "message": text, "attachments": [], "sentAt": sent_at,
+                 "expectsReply": False, "fromName": name, "from": sender}
+                for msg_id, text in zip(ids, texts))
 
 
 def _strip(env: dict) -> dict[str, Any]:

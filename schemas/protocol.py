@@ -16,10 +16,10 @@ Client to broker (``CLIENT_KINDS``):
 ``supervisor`` ask the launching session (message, attachments, timeout), across groups.
 ``workflow``   a workflow host operation (``op``: register_run, stage_state, end_run).
 ``received``   receipt for a delivered message (sticky-delivery bookkeeping).
-``sends``      pipelined plain sends to one target: ``to`` and ``items``, a list of
-               ``[id, message]`` pairs. Each item is exactly the quiet ``call`` with
-               ``action: send`` of that id, target and text, answered the same way
-               (its id in ``acks``, or its own ``result`` on failure).
+``sends``      pipelined plain sends to one target: ``to``, and ``ids`` and
+               ``messages``, two lists of one length. Each (id, message) pair is
+               exactly the quiet ``call`` with ``action: send`` of that id, target and
+               text, answered the same way (its id in ``acks``, or its own ``result``).
 
 Broker to client (``BROKER_KINDS``):
 
@@ -27,8 +27,8 @@ Broker to client (``BROKER_KINDS``):
                the answer to ``hello`` carries sessionId, token, name, groups, homeGroup.
 ``msg``        an inbound message for the session.
 ``msgs``       several ordinary text messages from one sender: ``from``,
-               ``fromName``, ``sentAt`` and ``items`` (``[id, message]`` pairs); each
-               item reads as a ``msg`` with no attachments that expects no reply.
+               ``fromName``, ``sentAt``, and ``ids`` and ``messages`` as in ``sends``;
+               each pair reads as a ``msg`` with no attachments that expects no reply.
 ``event``      an in-band presence event (also published on PUB, topic = group).
 ``hb``         heartbeat answer.
 ``acks``       ``ids``: requests sent with ``quiet: true`` that succeeded (one

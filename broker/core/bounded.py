@@ -43,3 +43,23 @@ class RecentMap(Generic[K, V]):
         if len(young) >= self._half:
             self._old = young
             self._young = {}
+
+    def put_all(self, keys: list[K], values: list[V] | None = None, value: V | None = None) -> None:
+        """``self[k] = v`` for each key, in order: with ``values`` pairwise, else ``value``;
+        in slices that fill the young dict up to its turn, not one call per key."""
+        done, total = 0, len(keys)
+        while done < total:
+            young = self._young
+            end = done + max(1, self._half - len(young))
+            if values is None:
+                young.update(dict.fromkeys(keys[done:end], value))
+            else:
+                young.update(zip(keys[done:end], values[done:end]))
+            done = end
+            if len(young) >= self._half:
+                self._old = young
+                self._young = {}
+
+    def generations(self) -> tuple[dict[K, V], dict[K, V]]:
+        """The two dicts, for lookups in a tight loop (valid until the next write)."""
+        return self._young, self._old

@@ -17,6 +17,8 @@ from schemas.errors import BusError
 from .bounded import RecentMap
 
 DEFAULT_CAPACITY = 200_000
+# Stands for "this entry's own id" in answers recorded for a batch (one shared tuple).
+_OWN_ID = "\x00own id"
 
 
 class MessageIds:
@@ -43,7 +45,12 @@ class MessageIds:
         if entry[0] != sender_id or entry[1] != fingerprint:
             raise BusError("message_id_conflict", id=msg_id)
         items = entry[2]
-        return (None if items is None else dict(items),)
+        if items is None:
+            return (None,)
+        answer = dict(items)
+        if answer.get("messageId") is _OWN_ID:
+            answer["messageId"] = msg_id
+        return (answer,)
 
     def record(self, msg_id: str, sender_id: str, fingerprint: int,
                answer: dict[str, Any] | None) -> None:
@@ -52,9 +59,17 @@ class MessageIds:
     def __contains__(self, msg_id: str) -> bool:
         return msg_id in self._seen
 
-    def record_items(self, msg_id: str, sender_id: str, fingerprint: int, items: tuple) -> None:
-        """``record`` with the answer given as ``tuple(answer.items())`` already."""
-        self._seen[msg_id] = (sender_id, fingerprint, items)
+    def record_delivered(self, msg_ids: list[str], sender_id: str, fingerprints: list[int],
+                         answer: dict[str, Any]) -> None:
+        """``record`` for each id of a batch whose answers are ``answer`` plus the id as
+        ``messageId``. The entries share one items tuple, whose ``messageId`` is
+        filled in from the id on lookup (see :data:`_OWN_ID`)."""
+        items = (*answer.items(), ("messageId", _OWN_ID))
+        self._seen.put_all(msg_ids, [(sender_id, mark, items) for mark in fingerprints])
+
+    def generations(self) -> tuple[dict, dict]:
+        """For ``id in young or id in old`` in a tight loop (valid until the next write)."""
+        return self._seen.generations()
 
     def answer(self, msg_id: str, answer: dict[str, Any]) -> None:
         entry = self._seen.get(msg_id)

@@ -45,3 +45,14 @@ def test_message_ids_keep_answers_and_refuse_reuse_for_other_content():
         assert getattr(exc, "code", None) == "message_id_conflict"
     else:
         raise AssertionError("reuse by another sender was accepted")
+
+
+def test_put_all_keeps_the_same_newest_keys_as_one_write_each():
+    one, bulk = RecentMap(10), RecentMap(10)
+    keys = list(range(37))
+    for k in keys:
+        one[k] = -k
+    bulk.put_all(keys[:3], value=0)
+    bulk.put_all(keys[3:], [-k for k in keys[3:]])
+    assert [one.get(k) for k in keys[3:]] == [bulk.get(k) for k in keys[3:]]
+    assert len(bulk) <= 10

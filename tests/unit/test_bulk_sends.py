@@ -15,7 +15,12 @@ def pair():
 
 
 def sends(bus, to, *items):
-    return bus.feed(b"alice", envelope("sends", to=to, items=[list(i) for i in items]))
+    return bus.feed(b"alice", envelope("sends", to=to, ids=[i[0] for i in items],
+                                       messages=[i[1] for i in items]))
+
+
+def delivered(bus, identity=b"bob"):
+    return [[i, m] for env in bus.sends(identity, "msgs") for i, m in zip(env["ids"], env["messages"])]
 
 
 def acked(bus, identity=b"alice"):
@@ -30,7 +35,7 @@ def test_items_to_one_target_are_delivered_in_order_as_one_msgs_envelope():
     bus = pair()
     sends(bus, "bob", ("m1", "one"), ("m2", "two"), ("m3", "three"))
     (msgs,) = bus.sends(b"bob", "msgs")
-    assert msgs["items"] == [["m1", "one"], ["m2", "two"], ["m3", "three"]]
+    assert msgs["ids"] == ["m1", "m2", "m3"] and msgs["messages"] == ["one", "two", "three"]
     assert msgs["from"] == ALICE and msgs["fromName"] == "alice" and msgs["sentAt"] == bus.now
     assert acked(bus) == ["m1", "m2", "m3"]
     assert results(bus) == {}
@@ -40,8 +45,7 @@ def test_a_retried_item_is_acknowledged_again_and_not_delivered_twice():
     bus = pair()
     sends(bus, "bob", ("m1", "one"))
     sends(bus, "bob", ("m1", "one"), ("m2", "two"))
-    (msgs,) = bus.sends(b"bob", "msgs")
-    assert msgs["items"] == [["m2", "two"]]
+    assert delivered(bus) == [["m2", "two"]]
     assert bus.sends(b"bob", "msg") == []
     assert sorted(acked(bus)) == ["m1", "m2"]
 
@@ -60,7 +64,7 @@ def test_an_id_reused_for_other_text_is_refused_with_its_own_result():
     sends(bus, "bob", ("m1", "changed"), ("m2", "two"))
     assert results(bus)["m1"]["code"] == "message_id_conflict"
     assert acked(bus) == ["m2"]
-    assert bus.sends(b"bob", "msgs")[0]["items"] == [["m2", "two"]]
+    assert delivered(bus) == [["m2", "two"]]
 
 
 def test_every_item_to_an_unknown_target_gets_the_ordinary_refusal():
@@ -81,8 +85,7 @@ def test_an_empty_text_is_refused_and_the_order_of_the_rest_is_kept():
     bus = pair()
     sends(bus, "bob", ("m1", "one"), ("m2", ""), ("m3", "three"))
     assert results(bus)["m2"]["code"] == "missing_param"
-    delivered = [item for env in bus.sends(b"bob", "msgs") for item in env["items"]]
-    assert delivered == [["m1", "one"], ["m3", "three"]]
+    assert delivered(bus) == [["m1", "one"], ["m3", "three"]]
     assert acked(bus) == ["m1", "m3"]
 
 
@@ -102,18 +105,22 @@ def test_a_delivered_item_can_be_replied_to_by_its_id():
     assert result["ok"] and result["to"] == ALICE and result["replyTo"] == "m1"
 
 
-def test_malformed_items_are_dropped_and_counted_and_good_ones_still_delivered():
+def test_unusable_ids_are_dropped_and_counted_and_the_rest_still_delivered():
     bus = pair()
-    bus.feed(b"alice", envelope("sends", to="bob", items=[["m1", "one"], "junk", [5, "x"], ["m2"]]))
-    assert bus.sends(b"bob", "msgs")[0]["items"] == [["m1", "one"]]
-    assert bus.engine.stats["dropped.bad_send_item"] == 3
+    bus.feed(b"alice", envelope("sends", to="bob", ids=["m1", 5, "", "x" * 200],
+                                messages=["one", "two", "three", "four"]))
+    assert delivered(bus) == [["m1", "one"]]
+    assert bus.engine.stats["dropped.bad_send_id"] == 3
 
 
-def test_a_sends_without_a_list_of_items_is_refused_as_a_bad_envelope():
+def test_a_sends_whose_lists_do_not_pair_up_is_refused_as_a_bad_envelope():
     bus = pair()
-    out = bus.feed(b"alice", envelope("sends", to="bob", items="m1"))
-    (error,) = [c.env for c in out if c.env.get("k") == "result"]
-    assert error["code"] == "bad_envelope"
+    for bad in ({"ids": "m1", "messages": ["one"]}, {"ids": ["m1", "m2"], "messages": ["one"]},
+                {"ids": ["m1"]}):
+        out = bus.feed(b"alice", envelope("sends", to="bob", **bad))
+        (error,) = [c.env for c in out if c.env.get("k") == "result"]
+        assert error["code"] == "bad_envelope"
+    assert bus.sends(b"bob") == []
 
 
 def test_a_non_string_target_is_refused_per_item_as_invalid_params():
@@ -124,5 +131,19 @@ def test_a_non_string_target_is_refused_per_item_as_invalid_params():
 
 def test_a_sends_before_hello_is_refused():
     bus = Bus()
-    out = bus.feed(b"ghost", envelope("sends", to="bob", items=[["m1", "one"]]))
+    out = bus.feed(b"ghost", envelope("sends", to="bob", ids=["m1"], messages=["one"]))
     assert [c.env["code"] for c in out] == ["not_connected"]
+
+
+def test_an_id_twice_in_one_envelope_is_delivered_once():
+    bus = pair()
+    sends(bus, "bob", ("m1", "one"), ("m1", "one"), ("m2", "two"))
+    assert delivered(bus) == [["m1", "one"], ["m2", "two"]]
+    assert sorted(acked(bus)) == ["m1", "m1", "m2"]
+
+
+def test_an_id_twice_in_one_envelope_with_other_text_is_a_conflict():
+    bus = pair()
+    sends(bus, "bob", ("m1", "one"), ("m1", "other"))
+    assert delivered(bus) == [["m1", "one"]]
+    assert results(bus)["m1"]["code"] == "message_id_conflict"
