@@ -53,6 +53,9 @@ _IDLE_POLL_S = HEARTBEAT_S / 2
 _TAKE_OVER_WAIT_S = 0.005
 # Text bytes (an upper bound) of one ``sends`` envelope: a quarter of a frame.
 _SENDS_BYTES = MAX_FRAME_BYTES // 4
+# Pipelined sends queued, while the IO thread is due to send them, before the
+# sending thread lets it run.
+_YIELD_EVERY = 256
 
 
 class Transport:
@@ -148,9 +151,15 @@ class Transport:
         if self._dead:
             self._refuse_closed(msg_id)
             return reply
-        self._outbox.append(item)
+        outbox = self._outbox
+        outbox.append(item)
         if not self._wake_pending:
             self._wake()
+        elif not len(outbox) % _YIELD_EVERY:
+            # The IO thread was woken to send these and waits for the interpreter,
+            # which a thread that only queues gives up once per switch interval (5 ms):
+            # hand it over now.
+            time.sleep(0)
         return reply
 
     def call(self, env: dict, timeout: float) -> dict | None:
