@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import os
 import random
 import threading
@@ -29,6 +30,8 @@ from .render import render_body
 from .transport import Transport
 
 _ASK_MARGIN_S = 5.0
+_log = logging.getLogger("intercom.client")
+_reported_config_problems: set[str] = set()
 
 
 class ConnectError(Exception):
@@ -234,13 +237,17 @@ class Session:
         timeout = params.pop("timeout", None) if action == "ask" else None
         if "timeout" in params:
             return error_reply("invalid_params", detail="timeout applies to ask only")
-        if (self.config.confirmSend and self.confirm is not None and action in ("send", "ask")
-                and "replyTo" not in params):
-            if not self.confirm(dict(params)):
+        if (self.config.confirmSend and self.confirm is not None and self.kind == "interactive"
+                and action in ("send", "ask") and "replyTo" not in params):
+            try:
+                confirmed = self.confirm(dict(params))
+            except Exception:   # a failing dialog must not send, nor raise into the tool
+                confirmed = False
+            if not confirmed:
                 return error_reply("confirmation_declined")
         if action == "ask":
             return self._ask("call", params, timeout)
-        if action == "reply" and self._current is not None:
+        if self._current is not None and (action == "reply" or "replyTo" in params):
             params.setdefault("currentTurn", self._current.get("id"))
         return self._call("call", params)
 
@@ -405,7 +412,10 @@ class Client:
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
         if config is None:
-            config, _problem = load_config(config_path)
+            config, problem = load_config(config_path)
+            if problem and problem not in _reported_config_problems:
+                _reported_config_problems.add(problem)     # once per process, not per session
+                _log.error("%s", problem)
         if isinstance(parent, Session):
             parent = parent.id
         session = Session(name=name, endpoint=endpoint or router_endpoint(), group=group,

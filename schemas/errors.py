@@ -74,6 +74,8 @@ _TABLE = [
     ErrorSpec("reply_ambiguous", "state", "Several asks are pending ({count}); pass to or replyTo (see intercom pending)"),
     ErrorSpec("unknown_thread", "state", "No unresolved inbound ask or current message matches replyTo {reply_to!r}"),
     ErrorSpec("thread_sender_mismatch", "state", "replyTo {reply_to!r} was not sent by {to!r}"),
+    ErrorSpec("stale_turn", "state", "The message of this turn ({id!r}) can no longer be answered: "
+              "its sender left or its ask ended; see intercom pending and pass replyTo or to"),
     ErrorSpec("confirmation_declined", "state", "Send was not confirmed"),
     ErrorSpec("unknown_run", "state", "No workflow run {run_id!r} is registered"),
     ErrorSpec("not_run_host", "state", "Only the session that registered run {run_id!r} may change it"),

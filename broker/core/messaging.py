@@ -8,12 +8,17 @@ from memory and never delivered twice.
 Reply resolution, first rule that applies:
 
 1. ``replyTo``: an unresolved inbound ask (exact id or unique 8-hex prefix) or the
-   exact id of an ordinary message this session received; nothing else, no fallback.
+   ordinary message of the current turn (exact id); nothing else, no fallback.
    With ``to`` as well, the thread's sender must be ``to``.
 2. ``to``: the single unresolved ask from that sender (several need ``replyTo``).
 3. the message of the current turn (the client passes it as ``currentTurn``), when
-   it is still unresolved or was an ordinary message;
-4. the single unresolved inbound ask; several need ``to`` or ``replyTo``.
+   it is still unresolved or was an ordinary message whose sender is still here; a
+   turn that can no longer be answered (its sender left, its ask timed out) fails
+   rather than answer someone else;
+4. once the current turn is answered (or with no turn), the single unresolved
+   inbound ask; several need ``to`` or ``replyTo``.
+
+A ``send`` that names ``replyTo`` is this same reply, addressed with ``to``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import re as _re
 from typing import TYPE_CHECKING, Any
 
 from schemas.errors import BusError
-from schemas.limits import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PREFIX_LEN, PROTOCOL_VERSION
+from schemas.limits import (MAX_ASK_TIMEOUT_S, MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PREFIX_LEN,
+                            PROTOCOL_VERSION)
 from schemas.protocol import envelope
 
 from .actions import tool_params
@@ -54,6 +60,8 @@ class Messaging:
         self.ids = MessageIds()
         # Ordinary messages each session received lately: msg id -> sender id.
         self.recent: dict[str, RecentMap[str, str]] = {}
+        # Threads (ask or message ids) each session has replied to lately.
+        self.answered: dict[str, RecentMap[str, bool]] = {}
         engine.actions.update({"send": self.send, "ask": self.ask, "reply": self.reply,
                                "pending": self.pending})
         engine.kinds_extra["supervisor"] = self.contact_supervisor
@@ -78,7 +86,9 @@ class Messaging:
                 and not to.startswith("workflow:")):
             return self._plain_send(session, to, message, re, now)
         params = tool_params(env)
-        return self._once(session, "send", params, re, lambda: self._send(session, params, re, now))
+        turn = env.get("currentTurn") if isinstance(env.get("currentTurn"), str) else None
+        return self._once(session, "send", params, re,
+                          lambda: self._send(session, params, re, now, turn))
 
     def _plain_send(self, session: Session, to: str, message: str, re: str,
                     now: float) -> dict | None:
@@ -104,13 +114,16 @@ class Messaging:
         ids.record(re, session.id, mark, answer)
         return answer
 
-    def _send(self, session: Session, params: dict, re: str, now: float) -> dict | None:
+    def _send(self, session: Session, params: dict, re: str, now: float,
+              turn: str | None = None) -> dict | None:
         to, message, attachments = _message_params("send", params)
         if looks_like_path(to):
             return self.engine.workflows.send(session, params, re, now, message, attachments)
+        if params.get("replyTo") is not None:
+            # A reply is a send with replyTo: the thread must exist and be from ``to``.
+            return self._reply(session, params, turn, re, now)
         target = self._resolve(session, to)
-        self.deliver(session, target, re, message, attachments, now,
-                     reply_to=params.get("replyTo"))
+        self.deliver(session, target, re, message, attachments, now)
         return {"delivered": True, "to": target.id, "toName": target.name, "messageId": re}
 
     # -- ask ---------------------------------------------------------------------------
@@ -157,7 +170,8 @@ class Messaging:
             raise BusError("terminal_child")
         limits = self.engine.limits
         self.asks.check_capacity(asker, supervisor, limits.max_pending_asks)
-        timeout_s = min(float(timeout_s), limits.ask_timeout_s) if timeout_s else limits.ask_timeout_s
+        # A per-call timeout may exceed the default; MAX_ASK_TIMEOUT_S bounds both.
+        timeout_s = min(float(timeout_s) if timeout_s else limits.ask_timeout_s, MAX_ASK_TIMEOUT_S)
         ask = Ask(ask_id, asker, target, message, now, now + timeout_s, supervisor)
         self.asks.open(ask)
         self.deliver(asker, target, ask_id, message, attachments, now, expects_reply=True,
@@ -186,6 +200,10 @@ class Messaging:
                now: float) -> dict:
         message, attachments = _body("reply", params)
         ask, ordinary = self._thread(session, params, turn)
+        answered = self.answered.get(session.id)
+        if answered is None:
+            answered = self.answered[session.id] = RecentMap(RECENT_PER_SESSION)
+        answered[ask.id if ask is not None else ordinary[0]] = True
         if ask is not None:
             self.asks.close(ask)
             answer = {"from": session.id, "fromName": session.name, "message": message,
@@ -212,7 +230,7 @@ class Messaging:
                 if to is not None and not _names(ask.asker, to):
                     raise BusError("thread_sender_mismatch", reply_to=reply_to, to=to)
                 return ask, None
-            ordinary = self._ordinary(session, reply_to)
+            ordinary = self._ordinary(session, reply_to) if reply_to == turn else None
             if ordinary is None:
                 raise BusError("unknown_thread", reply_to=reply_to)
             if to is not None and not _names(ordinary[1], to):
@@ -235,6 +253,8 @@ class Messaging:
             ordinary = self._ordinary(session, turn)
             if ordinary is not None:
                 return None, ordinary
+            if turn not in self.answered.get(session.id, ()):
+                raise BusError("stale_turn", id=turn)
         if len(pending) == 1:
             return next(iter(pending.values())), None
         if not pending:
@@ -321,6 +341,7 @@ class Messaging:
             self._settle_error(ask, BusError("peer_disconnected", name=session.name))
         self.asks.from_asker(session)
         self.recent.pop(session.id, None)
+        self.answered.pop(session.id, None)
 
     def _expire(self, now: float) -> None:
         for ask in self.asks.expire(now):

@@ -6,7 +6,8 @@ the changed one flips, both sides get an in-band event (``session_joined`` or
 ``session_left``); peers that could see it before and after get ``presence_update``
 when its groups changed. A connecting session hears nothing about existing peers (it
 asks ``list``), and a departing one hears nothing at all. Every change is also
-published on PUB once per affected group, with the group as topic.
+published on PUB once per affected group, with the group as topic: joined or left in
+the groups gained or lost, presence_update in the groups kept.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ def membership_changed(registry: Registry, session: Session, before: set[str],
         out.append(Publish(group, presence_event("session_joined", session, group=group)))
     for group in sorted(before - after):
         out.append(Publish(group, presence_event("session_left", session, group=group)))
+    if groups_changed:
+        # The groups it stayed in see its membership set change, as their members do.
+        for group in sorted(before & after):
+            out.append(Publish(group, presence_event("presence_update", session, group=group)))
 
 
 def status_changed(registry: Registry, session: Session, out: list[Command]) -> None:

@@ -8,9 +8,14 @@ Order (first form that finds anything wins):
 4. an Atomic session id registered by exactly one session the caller can see.
 
 Only sessions the caller can see are ever candidates, so an ambiguity report never
-names a session the caller could not reach. A full id of an existing session the
-caller cannot see is refused as another group's session; anything else that
-resembles a truncated id is rejected rather than guessed.
+names a session the caller could not reach. The one exception is the caller's
+supervisor (the session that launched it, recorded by the broker at connect): an
+isolated child selects it by 8-hex prefix as by full id, across groups, and learns
+nothing else; ordinary delivery to it still needs a shared group (the cross-group
+path is ``contact_supervisor``), so both spellings get the same refusal. A full id of
+an existing session the caller cannot see is refused as another group's session;
+anything else that resembles a truncated id is rejected rather than guessed. A prefix
+shared by the caller and another session is not unique: it is reported as ambiguous.
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ def resolve_session(registry: Registry, caller: Session, to: str) -> Session:
 
     lowered = to.lower()
     if _PREFIX.fullmatch(lowered):
-        found = _pick(registry, caller, to, registry.by_prefix.get(lowered, ()))
+        found = _pick(registry, caller, to, registry.by_prefix.get(lowered, ()),
+                      with_self=True, with_supervisor=True)
         if found is not None:
             return found
 
@@ -66,20 +72,29 @@ def _reachable(registry: Registry, caller: Session, target: Session) -> Session:
     return target
 
 
-def _pick(registry: Registry, caller: Session, to: str, ids) -> Session | None:
-    """One visible candidate, self_target, ambiguity, or None when nothing is visible."""
+def _pick(registry: Registry, caller: Session, to: str, ids, *, with_self: bool = False,
+          with_supervisor: bool = False) -> Session | None:
+    """One reachable candidate, self_target, ambiguity, or None when none is reachable.
+
+    ``with_self``: the caller counts as a candidate (a prefix it shares is not unique).
+    ``with_supervisor``: the caller's supervisor is a candidate whatever its groups,
+    and refused as in another group if it is.
+    """
     if len(ids) == 1:
         for only in ids:
             session = registry.by_id.get(only)
             if session is not None and session is not caller and registry.visible(caller, session):
                 return session
     candidates = [registry.by_id[i] for i in ids if i in registry.by_id]
-    visible = [s for s in candidates if s is not caller and registry.visible(caller, s)]
-    if len(visible) == 1:
-        return visible[0]
-    if len(visible) > 1:
-        names = ", ".join(sorted(f"{s.name} {s.id}" for s in visible))
+    reachable = [s for s in candidates if s is not caller and (
+        registry.visible(caller, s) or with_supervisor and s.id == caller.parent_id)]
+    if with_self and reachable and caller in candidates:
+        reachable.append(caller)
+    if len(reachable) == 1:
+        return _reachable(registry, caller, reachable[0])
+    if len(reachable) > 1:
+        names = ", ".join(sorted(f"{s.name} {s.id}" for s in reachable))
         raise BusError("ambiguous_target", to=to, candidates=names)
-    if any(s is caller for s in candidates):
+    if caller in candidates:
         raise BusError("self_target")
     return None

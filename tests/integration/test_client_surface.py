@@ -83,3 +83,47 @@ def test_connect_to_a_missing_broker_raises_connect_error(short_tmp):
     with pytest.raises(ConnectError) as error:
         Client.connect(name="lonely", endpoint=f"ipc://{short_tmp}/none.sock", timeout=0.5)
     assert error.value.code == "broker_unavailable"
+
+
+def test_a_send_with_reply_to_answers_the_waiting_ask(broker):
+    with open_session(broker, "alice") as alice, open_session(broker, "bob") as bob:
+        waiting = []
+        asker = threading.Thread(target=lambda: waiting.append(
+            alice.intercom(action="ask", to="bob", message="ready?", timeout=10)))
+        asker.start()
+        msg = bob.receive(timeout=10)
+        result = bob.intercom(action="send", to="alice", message="yes", replyTo=msg["id"])
+        asker.join(15)
+        assert result["ok"] and result["replyTo"] == msg["id"]
+        assert waiting[0]["ok"] and waiting[0]["message"] == "yes"
+
+
+def test_a_confirm_callback_that_raises_declines_the_send(broker):
+    def broken(params):
+        raise RuntimeError("no dialog")
+
+    with open_session(broker, "alice", config=Config(confirmSend=True), confirm=broken) as alice, \
+            open_session(broker, "bob") as bob:
+        assert alice.intercom(action="send", to="bob", message="m")["code"] == "confirmation_declined"
+        assert bob.receive(timeout=0.3) is None
+
+
+def test_confirm_send_applies_to_interactive_sessions_only(broker):
+    asked = []
+    with open_session(broker, "worker", kind="noninteractive", config=Config(confirmSend=True),
+                      confirm=lambda params: asked.append(params) or False) as worker, \
+            open_session(broker, "bob") as bob:
+        assert worker.intercom(action="send", to="bob", message="m")["ok"]
+        assert asked == [] and bob.receive(timeout=10)["message"] == "m"
+
+
+def test_a_rejected_config_file_is_logged_once_and_defaults_are_used(broker, tmp_path, caplog):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"replyHint": "yes"}')
+    with caplog.at_level("ERROR", logger="intercom.client"):
+        with open_session(broker, "one", config_path=str(bad)) as one, \
+                open_session(broker, "two", config_path=str(bad)):
+            assert one.config.replyHint is True
+    records = [r for r in caplog.records if r.name == "intercom.client"]
+    assert len(records) == 1 and "replyHint" in records[0].getMessage()
+    assert "defaults" in records[0].getMessage()

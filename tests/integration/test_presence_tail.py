@@ -207,14 +207,17 @@ def test_tail_json_prints_one_json_line_per_presence_event(bus, start_tail):
     assert zed_events == [
         ("session_joined", g),
         ("session_joined", k),
-        ("presence_update", g),
+        ("presence_update", g),      # its peers in g saw its membership set change
+        ("presence_update", g),      # set_status, once per group
         ("presence_update", k),
         ("session_left", k),
+        ("presence_update", g),      # leave k, seen from g
         ("session_left", g),
     ]
-    update = next(e for e in events if e["session"]["name"] == "zed" and e["event"] == "presence_update")
-    assert update["session"]["id"] == zed.id
-    assert update["session"]["status"] == "thinking"
+    updates = [e for e in events if e["session"]["name"] == "zed" and e["event"] == "presence_update"]
+    assert all(e["session"]["id"] == zed.id for e in updates)
+    assert sorted(e["session"]["groups"] for e in updates)[0] == [g]          # after the leave
+    assert [e["session"]["status"] for e in updates][1:3] == ["thinking", "thinking"]
 
 
 def test_tail_with_group_prints_only_that_groups_events(bus, start_tail):

@@ -296,3 +296,77 @@ def test_supervisor_ask_needs_a_message():
     bus = supervised()
     out = bus.feed(b"child", envelope("supervisor", id="s1", message=""))
     assert result_for(out, b"child", "s1")["code"] == "missing_param"
+
+
+def test_a_send_with_reply_to_answers_the_ask_like_reply():
+    bus = three()
+    ask(bus, b"alice", "a1", "bob")
+    result = bus.call(b"bob", "send", msg_id="s1", to="alice", message="yes", replyTo="a1")
+    assert result["ok"] and result["replyTo"] == "a1" and result["to"] == ALICE
+    (answer,) = answers(bus, b"alice", "a1")
+    assert answer["ok"] is True and answer["message"] == "yes"
+    assert bus.call(b"bob", "pending")["pending"] == []
+
+
+def test_a_send_with_a_fabricated_reply_to_is_refused_and_not_delivered():
+    bus = three()
+    result = bus.call(b"bob", "send", msg_id="s1", to="alice", message="hi",
+                      replyTo="11111111-2222-4333-8444-555555555555")
+    assert result["code"] == "unknown_thread"
+    assert bus.sends(b"alice", "msg") == []
+
+
+def test_a_send_with_reply_to_from_another_sender_is_refused():
+    bus = three()
+    ask(bus, b"alice", "a1", "bob")
+    result = bus.call(b"bob", "send", msg_id="s1", to="carol", message="yes", replyTo="a1")
+    assert result["code"] == "thread_sender_mismatch"
+    assert answers(bus, b"alice", "a1") == []
+
+
+def test_reply_to_an_ordinary_message_that_is_not_the_current_turn_is_refused():
+    bus = three()
+    bus.call(b"alice", "send", msg_id="m1", to="bob", message="first")
+    bus.call(b"alice", "send", msg_id="m2", to="bob", message="second")
+    stale = bus.call(b"bob", "reply", msg_id="r1", message="re", replyTo="m1", currentTurn="m2")
+    assert stale["code"] == "unknown_thread"
+    fresh = bus.call(b"bob", "reply", msg_id="r2", message="re", replyTo="m2", currentTurn="m2")
+    assert fresh["ok"] and fresh["replyTo"] == "m2"
+
+
+def test_reply_in_a_turn_whose_sender_left_fails_instead_of_answering_another_ask():
+    bus = three()
+    bus.call(b"carol", "send", msg_id="m1", to="bob", message="fyi")
+    ask(bus, b"alice", "a1", "bob")
+    bus.feed(b"carol", envelope("bye", id="bye1"))
+    result = bus.call(b"bob", "reply", msg_id="r1", message="meant for carol", currentTurn="m1")
+    assert result["code"] == "stale_turn" and "m1" in result["error"]
+    assert answers(bus, b"alice", "a1") == []
+
+
+def test_reply_in_a_turn_whose_ask_timed_out_fails_instead_of_answering_another():
+    bus = three(liveness_s=10_000)
+    ask(bus, b"alice", "a1", "bob", timeout=5)
+    bus.advance(6.0)
+    ask(bus, b"carol", "c1", "bob")
+    result = bus.call(b"bob", "reply", msg_id="r1", message="late", currentTurn="a1")
+    assert result["code"] == "stale_turn"
+    assert answers(bus, b"carol", "c1") == []
+
+
+def test_once_the_turn_is_answered_reply_falls_back_to_the_single_pending_ask():
+    bus = three()
+    ask(bus, b"alice", "a1", "bob")
+    assert bus.call(b"bob", "reply", msg_id="r1", message="one", currentTurn="a1")["ok"]
+    ask(bus, b"carol", "c1", "bob")
+    result = bus.call(b"bob", "reply", msg_id="r2", message="two", currentTurn="a1")
+    assert result["ok"] and result["replyTo"] == "c1"
+
+
+def test_a_per_call_timeout_may_exceed_the_configured_default():
+    bus = three(liveness_s=10_000, ask_timeout_s=2.0)
+    ask(bus, b"alice", "a1", "bob", timeout=5)
+    bus.advance(3.0)
+    assert answers(bus, b"alice", "a1") == []
+    bus.advance(2.0)
+    assert answers(bus, b"alice", "a1")[0]["code"] == "ask_timeout"

@@ -68,7 +68,8 @@ def test_join_trims_creates_and_reports_all_memberships():
     bus.hello("alice")
     result = bus.call(b"alice", "join", group="  api-review ")
     assert result["ok"] and result["groups"] == ["default", "api-review"]
-    assert bus.published() == [("api-review", "session_joined", "alice")]
+    assert bus.published() == [("api-review", "session_joined", "alice"),
+                               ("default", "presence_update", "alice")]
 
 
 def test_join_of_reserved_names_is_refused():

@@ -124,3 +124,23 @@ def test_quiet_sends_are_acknowledged_together_and_failures_answered_in_full():
     (failure,) = bus.sends(b"alice", "result")
     assert failure["re"] == "bad" and failure["code"] == "target_not_found"
     assert len(bus.sends(b"Bob", "msg")) == 3
+
+
+def test_a_prefix_shared_with_the_caller_is_ambiguous_not_the_other_session():
+    bus = Bus()
+    bus.engine.new_id = iter([uuid_from(0xA0000001), "a0000001-0000-4000-8000-00000000beef"]).__next__
+    bus.hello("alice")
+    bus.hello("bob")
+    result = bus.call(b"alice", "send", to="a0000001", message="hi")
+    assert result["code"] == "ambiguous_target"
+    assert "alice" in result["error"] and "bob" in result["error"]
+
+
+def test_a_child_selects_its_supervisor_by_prefix_as_by_full_id():
+    bus = Bus()
+    parent = bus.hello("parent", group="team")["sessionId"]
+    bus.hello("child", group="isolated", parent=parent)
+    by_id = bus.call(b"child", "send", to=parent, message="x")
+    by_prefix = bus.call(b"child", "send", to=parent[:8], message="x")
+    assert by_id["code"] == by_prefix["code"] == "different_group"
+    assert bus.call(b"child", "send", to="parent", message="x")["code"] == "target_not_found"
