@@ -18,8 +18,11 @@ Sections (``SECTIONS``; run in order, select with ``--only``):
                 decode per message to read the destination, poll once then drain with
                 NOBLOCK) between DEALER senders and one DEALER receiver.
                 Ours: ``python -m broker`` with sender sessions using the pipelined
-                ``session.send_nowait`` (bounded window of outstanding futures) and a
-                receiver session counting ``session.receive``; plus the blocking
+                ``session.send_nowait`` (bounded window of outstanding futures; the
+                client packs runs of them into ``sends`` envelopes, the broker
+                delivers them as ``msgs``, and every message is still deduplicated,
+                acknowledged and delivered on its own) and a receiver session
+                counting ``session.receive``; plus the blocking
                 ``session.intercom(action="send")`` rate for one sender.
 ``latency``     p50/p99 of ``session.intercom(action="list")`` with a handful of
                 sessions connected, beside one raw DEALER->ROUTER->DEALER echo round
