@@ -25,14 +25,14 @@ __all__ = ["FINISHED", "OPEN", "PENDING", "Reply"]
 class Reply(Future):
     """A Future for one request's answer, sharing its transport's condition.
 
-    Cheaper to make than a plain Future (no Condition of its own, and the waiter and
-    callback lists only once something waits or calls back (``waiter_list``,
-    ``callback_list``, None until then): a bulk sender keeps
-    thousands of these alive, and every object they hold is one more for the garbage
-    collector to walk) and resolved in batches by the transport. Since one condition
-    serves many replies, waits loop until this reply is done. Everything else (done,
-    cancel, callbacks, ``concurrent.futures.wait``/``as_completed``) is Future's own
-    code. ``request`` is what was sent, for a resend after a reconnect.
+    Cheaper to make than a plain Future: no Condition of its own, and no waiter or
+    callback list until something waits or calls back (``waiter_list`` and
+    ``callback_list`` stay None till then). A bulk sender keeps thousands of replies
+    alive, and every object they hold is one more for the garbage collector to walk.
+    The transport resolves them in batches; since one condition serves many replies,
+    waits loop until this reply is done. Everything else (done, cancel, callbacks,
+    ``concurrent.futures.wait``/``as_completed``) is Future's own code. ``request`` is
+    what was sent, for a resend after a reconnect.
     """
 
     # Future's fields; the first three are class defaults until first assigned.
@@ -43,7 +43,8 @@ class Reply(Future):
     waiter_list: list | None = None
     callback_list: list | None = None
 
-    def __init__(self, condition: threading.Condition, request: Any = None) -> None:   # Future.__init__ would make a Condition per reply
+    def __init__(self, condition: threading.Condition, request: Any = None) -> None:
+        # Not Future.__init__: it would make a Condition and two lists per reply.
         self._condition = condition
         self.request = request
 

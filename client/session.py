@@ -320,9 +320,11 @@ class Session:
         if not attachments and to.__class__ is str and message.__class__ is str:
             # Runs of these to one target travel as one ``sends`` envelope.
             return self._transport.request_send(to, msg_id, message)
-        return self._transport.request({
-            "v": PROTOCOL_VERSION, "k": "call", "id": msg_id, "action": "send", "to": to,
-            "message": message, "attachments": attachments, "quiet": True})
+        env = {"v": PROTOCOL_VERSION, "k": "call", "id": msg_id, "action": "send", "to": to,
+               "message": message, "quiet": True}
+        if attachments is not None:
+            env["attachments"] = attachments
+        return self._transport.request(env)
 
     # -- inbound ----------------------------------------------------------------------
 

@@ -340,17 +340,20 @@ class Transport:
                 to, msg_id, text = item
                 ids = [msg_id]
                 texts = [text]
-                # An upper bound of the UTF-8 size (exact for ASCII).
+                # An upper bound of the UTF-8 size (exact for ASCII); a message that
+                # would take the envelope past _SENDS_BYTES starts the next one.
                 size = len(text) if text.isascii() else 4 * len(text)
-                while outbox and size < _SENDS_BYTES and len(ids) < MAX_SEND_ITEMS:
+                while outbox and len(ids) < MAX_SEND_ITEMS:
                     after = outbox[0]
                     if after.__class__ is not tuple or after[0] != to:
                         break
-                    popleft()
-                    _, msg_id, text = after
-                    ids.append(msg_id)
-                    texts.append(text)
+                    text = after[2]
                     size += len(text) if text.isascii() else 4 * len(text)
+                    if size > _SENDS_BYTES:
+                        break
+                    popleft()
+                    ids.append(after[1])
+                    texts.append(text)
                 envs.append({"v": PROTOCOL_VERSION, "k": "sends", "to": to, "ids": ids,
                              "messages": texts})
             else:

@@ -56,9 +56,6 @@ class MessageIds:
                answer: dict[str, Any] | None) -> None:
         self._seen[msg_id] = (sender_id, fingerprint, None if answer is None else tuple(answer.items()))
 
-    def __contains__(self, msg_id: str) -> bool:
-        return msg_id in self._seen
-
     def record_delivered(self, msg_ids: list[str], sender_id: str, fingerprints: list[int],
                          answer: dict[str, Any]) -> None:
         """``record`` for each id of a batch whose answers are ``answer`` plus the id as

@@ -65,3 +65,14 @@ def test_a_request_past_the_frame_limit_is_refused_at_once_not_after_a_timeout(b
     assert alice.send_nowait("bob", wide).result(5)["code"] == "request_too_large"
     assert alice.intercom(action="send", to="bob", message="still here")["ok"]
     assert bob.receive(5)["message"] == "still here"
+
+
+def test_pipelined_messages_just_under_the_frame_limit_each_arrive(bus):
+    alice, bob = bus.connect_all("alice", "bob")
+    # Each fits in a frame alone (the last is about 1 MB of UTF-8); together they do not.
+    texts = ["a" * 100_000, "b" * 100_000, "\N{GRINNING FACE}" * 250_000, "c", "\u00e9" * 262_144]
+    futures = [alice.send_nowait(bob.id, text) for text in texts]
+    answers = [f.result(30) for f in futures]
+    assert all(a["ok"] for a in answers), [a.get("code") for a in answers]
+    got = receive_all(bob, len(texts), timeout=30)
+    assert [m["message"] for m in got] == texts
