@@ -434,21 +434,30 @@ class Transport:
                 elif kind == "acks":
                     ids = env.get("ids")
                     if ids.__class__ is list:
-                        # None: acknowledged; the answer dict is made only for an
-                        # id still owed.
-                        answers.extend((re, None) for re in ids if re.__class__ is str)
+                        # A bare id stands for "acknowledged": the answer dict is made
+                        # only for an id still owed (anything but str is skipped then).
+                        answers.extend(ids)
                 elif kind == "event":
                     events.append(env)
 
     def _deliver(self, msgs: list, events: list, answers: list) -> None:
-        """Queue inbound envelopes, then resolve the answers that came with them."""
+        """Queue inbound envelopes, then resolve the answers that came with them:
+        ``(id, answer)`` pairs, and bare ids of acknowledged sends."""
         if msgs or events:
             self._on_inbound(msgs, events)
         if not answers:
             return
         pop = self._owed.pop
-        done = [(reply, {"ok": True, "delivered": True, "messageId": re} if value is None else value)
-                for re, value in answers if (reply := pop(re, None)) is not None]
+        done = []
+        for answer in answers:
+            if answer.__class__ is str:
+                reply = pop(answer, None)
+                if reply is not None:
+                    done.append((reply, {"ok": True, "delivered": True, "messageId": answer}))
+            elif answer.__class__ is tuple:
+                reply = pop(answer[0], None)
+                if reply is not None:
+                    done.append((reply, answer[1]))
         if done:
             self._resolve(done)
 
