@@ -108,8 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="short run (under a minute)")
     p.add_argument("--only", help=f"comma-separated sections: {', '.join(SECTIONS)}")
-    p.add_argument("--repeats", type=int, help="runs per measurement (default 3, quick 2)")
-    p.add_argument("--count", type=int, help="measured messages per throughput run")
+    p.add_argument("--repeats", type=int, help="runs per measurement (default 5, quick 2)")
+    p.add_argument("--count", type=int,
+                   help="measured messages per throughput run (default 300000, quick 20000)")
     p.add_argument("--senders", default="1,4", help="sender process counts (default 1,4)")
     p.add_argument("--window", type=int, default=2000,
                    help="outstanding send_nowait futures per sender (default 2000)")

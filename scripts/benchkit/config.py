@@ -35,7 +35,7 @@ def make_config(args: argparse.Namespace) -> Config:
     quick = args.quick
     cfg = Config(
         quick=quick,
-        count=args.count or (20_000 if quick else 100_000),
+        count=args.count or (20_000 if quick else 300_000),
         warm=0,
         senders=[int(s) for s in args.senders.split(",")],
         window=args.window,
@@ -43,7 +43,7 @@ def make_config(args: argparse.Namespace) -> Config:
         latency_n=1_000 if quick else 3_000,
         latency_warm=200 if quick else 500,
         latency_sessions=5,
-        repeats=args.repeats or (2 if quick else 3),
+        repeats=args.repeats or (2 if quick else 5),
         run_timeout_s=60.0 if quick else 90.0,
         ask_n=500 if quick else 2_000,
         ask_warm=100 if quick else 200,
