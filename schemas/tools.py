@@ -204,12 +204,16 @@ def intercom_params_ok(params: dict[str, Any], ignore: frozenset[str] = frozense
 def intercom_params_problem(params: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """Check intercom parameters; return (error code, text fields) for the first problem.
 
-    Attachment problems get their own code and the attachment's index. The common
+    An oversized message and attachment problems (with the attachment's index) get
+    their own codes. The common
     case (string parameters only) is checked by precompiled predicates; anything
     else, and every failure, goes through the full schema walk so the texts match.
     """
     if intercom_params_ok(params):
         return None
+    message = params.get("message")
+    if isinstance(message, str) and len(message) > MAX_MESSAGE_CHARS:
+        return "message_too_large", {"size": len(message), "limit": MAX_MESSAGE_CHARS}
     attachments = params.get("attachments")
     if isinstance(attachments, list):
         for index, item in enumerate(attachments[:MAX_ATTACHMENTS]):

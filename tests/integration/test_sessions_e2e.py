@@ -485,3 +485,13 @@ def test_client_process_env_group_beats_its_config_file(bus, tmp_path):
     write_config(tmp_path, ".atomic/agent/intercom/config.json", {"group": config_group})
     status = run_child_client(bus, tmp_path, ATOMIC_INTERCOM_GROUP=env_group)
     assert status["homeGroup"] == env_group
+
+
+def test_an_oversized_message_is_refused_with_its_own_code_on_both_sides(pair):
+    alice, bob = pair
+    text = "x" * (MAX_MESSAGE_CHARS + 1)
+    checked_by_client = alice.intercom(action="send", to=bob.id, message=text)
+    checked_by_broker = alice.send_nowait(bob.id, text).result(10)
+    for result in (checked_by_client, checked_by_broker):
+        assert_refused(result, "message_too_large")
+        assert str(MAX_MESSAGE_CHARS) in result["error"]
