@@ -10,7 +10,9 @@ Frames, both msgpack:
 
 * shell → worker: ``[[ticket_or_None, op], ...]`` or ``"stop"``;
 * worker → shell: ``{"done": [tickets], "failed": [tickets], "error": str|None,
-  "brokers": n|None}``; ``brokers`` counts other live brokers after a lease renewal.
+  "brokers": n|None, "frames": n}``; ``brokers`` counts other live brokers after a
+  lease renewal, ``frames`` how many shell frames the report answers (so the shell
+  knows when nothing is outstanding and can stop polling this socket).
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ class PersistenceWorker(threading.Thread):
                 else:
                     items.extend(value)
             if items:
-                sock.send(msgpack.packb(self._commit(items), use_bin_type=True))
+                report = self._commit(items)
+                report["frames"] = len(frames) - stop
+                sock.send(msgpack.packb(report, use_bin_type=True))
             if stop:
                 return
 
