@@ -42,26 +42,37 @@ def render_attachments(attachments: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-# The head and reply hint of the last plain message rendered, keyed by what they are
-# made of: the messages of one batch share their sender and send time, so most bodies
-# cost one concatenation. One tuple, replaced whole, as for the stamp.
-_last_plain: tuple = (None, "", "")
+# The head and reply hint of recent plain messages, keyed by what they are made of:
+# the messages of one batch share their sender and send time, so most bodies cost one
+# concatenation, also with several senders interleaved. Bounded by clearing it whole;
+# single dict operations are atomic, so readers on other threads are safe.
+_heads: dict[tuple, tuple[str, str]] = {}
+_HEADS_MAX = 256
+
+
+def _plain_parts(key: tuple) -> tuple[str, str]:
+    """Head and reply hint of a plain message from ``(fromName, from, sentAt, hint)``."""
+    head = f"Message from {key[0]} ({key[1]})\nSent: {_stamp(key[2])}\n\n"
+    hint = (f'\n\nTo answer: intercom({{action: "send", to: "{key[1]}", '
+            f'message: "..."}})') if key[3] else ""
+    return head, hint
 
 
 def render_body(msg: dict, reply_hint: bool = True) -> str:
     """The agent-visible body of an inbound message."""
-    global _last_plain
     get = msg.get
     if not get("attachments") and not get("expectsReply") and not get("replyTo") \
             and not get("receivedBeforeStart"):
         key = (get("fromName"), get("from"), get("sentAt"), reply_hint)
-        last = _last_plain
-        if last[0] != key:
-            head = f"Message from {key[0]} ({key[1]})\nSent: {_stamp(key[2])}\n\n"
-            hint = (f'\n\nTo answer: intercom({{action: "send", to: "{key[1]}", '
-                    f'message: "..."}})') if reply_hint else ""
-            last = _last_plain = (key, head, hint)
-        return f"{last[1]}{get('message', '')}{last[2]}"
+        try:
+            parts = _heads.get(key)
+        except TypeError:          # a field that cannot be a key: no cache for it
+            parts = _plain_parts(key)
+        if parts is None:
+            if len(_heads) >= _HEADS_MAX:
+                _heads.clear()
+            parts = _heads[key] = _plain_parts(key)
+        return f"{parts[0]}{get('message', '')}{parts[1]}"
     header = f"Message from {get('fromName')} ({get('from')})"
     if get("receivedBeforeStart"):
         header = f"Messages received before you started\n{header}"
