@@ -335,6 +335,8 @@ class Session:
             return None
         msg.pop("v", None)
         msg.pop("k", None)
+        if "attachments" not in msg:      # expanded from a msgs batch without one
+            msg["attachments"] = []
         msg["body"] = render_body(msg, self.config.replyHint)
         self._current = msg
         if msg.get("ackRequired") and not self._closed:

@@ -536,8 +536,11 @@ def _expand(env: dict, msgs: list) -> None:
     ids, texts = env.get("ids"), env.get("messages")
     if not isinstance(ids, list) or not isinstance(texts, list):
         return
-    msgs.extend({"id": msg_id, "message": text, "attachments": [], "sentAt": sent_at,
-                 "expectsReply": False, "fromName": name, "from": sender}
+    # No "attachments" list here (the session adds it when the message is taken): a
+    # dict of atomic values only is not tracked by the garbage collector, which then
+    # does not walk a receiver's backlog of them on every collection.
+    msgs.extend({"id": msg_id, "message": text, "sentAt": sent_at, "expectsReply": False,
+                 "fromName": name, "from": sender}
                 for msg_id, text in zip(ids, texts))
 
 

@@ -8,6 +8,8 @@ Throughput runs also report CPU microseconds per message in the senders, the rou
 
 from __future__ import annotations
 
+import time
+
 from typing import Any
 
 from benchkit.config import Config, split_evenly
@@ -23,16 +25,23 @@ def _drive(h: Harness, router: Proc, receiver: Proc, senders: list[Proc],
            timeout: float) -> dict:
     """Senders are ready: say go, collect results, make sure all of them are gone.
 
-    The result is the receiver's, plus ``senders`` (their results) and ``router_cpu_s``
-    (CPU the forwarder or broker spent from go to the receiver's last message).
+    The result is the receiver's, plus ``senders`` (their results), ``router_cpu_s``
+    (CPU the forwarder or broker spent from go to the receiver's last message) and
+    ``e2e_rate``: every message sent, warm-up included, over the time from go to the
+    last one received (perf_counter is one clock for all processes here). Unlike the
+    receiver's steady-state ``rate``, a backlog queued at the receiver during warm-up
+    cannot inflate it.
     """
     try:
         for s in senders:
             s.expect("ready", 30)
         cpu0 = proc_cpu_s(router.pid)
+        t_go = time.perf_counter()
         for s in senders:
             s.tell("go")
         result = receiver.expect("result", timeout)
+        if result.get("complete") and result.get("t1"):
+            result["e2e_rate"] = result["received"] / (result["t1"] - t_go)
         cpu1 = proc_cpu_s(router.pid)
         result["senders"] = [s.expect("result", 60) for s in senders]
         result["router_cpu_s"] = cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None
@@ -113,7 +122,9 @@ def _log_run(label: str, result: dict) -> None:
         extra += f"  ERRORS {errors}"
     if not result.get("complete", True):
         extra += f"  INCOMPLETE: received {result.get('received')}"
-    print(f"  {label:<34} {result.get('rate', 0):>10,.0f} msg/s{extra}", flush=True)
+    steady = f"  (steady {result['rate']:,.0f})" if "e2e_rate" in result else ""
+    print(f"  {label:<34} {result.get('e2e_rate', result.get('rate', 0)):>10,.0f} msg/s{steady}{extra}",
+          flush=True)
 
 
 def section_throughput(h: Harness, cfg: Config, results: Results) -> None:
@@ -145,7 +156,7 @@ def section_throughput(h: Harness, cfg: Config, results: Results) -> None:
     results.extra["broker_stats_throughput"] = stats
 
     def rates(key: str) -> list[float]:
-        return [r["rate"] for r in runs[key]]
+        return [r.get("e2e_rate", r["rate"]) for r in runs[key]]
 
     for n in cfg.senders:
         results.add(Row("throughput", f"live send, {n} sender(s)", "msg/s", rates(f"bus{n}"),

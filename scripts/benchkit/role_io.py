@@ -56,4 +56,5 @@ class Counter:
             return {"received": self.n, "complete": False, "rate": 0.0, "cpu_s": cpu_s}
         measured = self.n - self.n0
         return {"received": self.n, "complete": complete, "measured": measured,
-                "elapsed_s": t1 - self.t0, "rate": measured / (t1 - self.t0), "cpu_s": cpu_s}
+                "elapsed_s": t1 - self.t0, "rate": measured / (t1 - self.t0), "cpu_s": cpu_s,
+                "t1": t1}
