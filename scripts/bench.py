@@ -54,9 +54,12 @@ PID, and stops each one by PID (SIGTERM, then SIGKILL) in a ``finally``; childre
 get PR_SET_PDEATHSIG so none outlives a killed parent. Sockets are ipc endpoints in a
 fresh /tmp directory that is removed at the end.
 
-Timing. Senders first send a warm-up share, then their measured share; the receiver
-starts its clock at the first message after the total warm-up count and stops it at
-the last one, so rates are steady-state receive rates. Runs are interleaved
+Timing. A throughput run's rate is every message sent (a warm-up share, then the
+measured share) over the time from the parent's go to the receiver's last message,
+on one clock (perf_counter is CLOCK_MONOTONIC, shared by all processes). The
+receiver's steady-state rate (its clock starts at the first message after the
+warm-up count) is printed per run in parentheses, but not used: a backlog queued at
+the receiver during warm-up inflates it, the raw forwarder's most. Runs are interleaved
 (baseline, ours, baseline, ours, ...) so a noisy neighbour hits both sides alike;
 tables show medians over ``--repeats`` runs with min-max spread. Each throughput run
 also reports CPU microseconds per message in the senders, the router (broker or raw
