@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import select
 import threading
 import time
@@ -37,11 +36,12 @@ from typing import Any, Callable
 import zmq
 
 from schemas.errors import BusError
-from schemas.limits import (HEARTBEAT_S, LIVENESS_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES,
-                            MAX_SEND_ITEMS, PROTOCOL_VERSION)
+from schemas.limits import HEARTBEAT_S, LIVENESS_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
 
 from .replies import FINISHED, OPEN, PENDING, Reply
+from .waker import Waker
+from .wire import expand_msgs, take_envelopes
 
 _EPOLL = hasattr(select, "epoll")
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -51,8 +51,6 @@ _IDLE_POLL_S = HEARTBEAT_S / 2
 # How long a caller waits for the IO thread to finish servicing the socket before it
 # hands its call over instead of running it itself.
 _TAKE_OVER_WAIT_S = 0.005
-# Text bytes (an upper bound) of one ``sends`` envelope: a quarter of a frame.
-_SENDS_BYTES = MAX_FRAME_BYTES // 4
 # Pipelined sends queued, while the IO thread is due to send them, before the
 # sending thread lets it run.
 _YIELD_EVERY = 256
@@ -84,14 +82,7 @@ class Transport:
         self._cond = threading.Condition(threading.RLock())
         self._io_lock = threading.Lock()  # held by whoever touches the socket
         self._leading = False             # a caller (not the IO thread) holds _io_lock
-        if hasattr(os, "eventfd"):
-            self._wake_r = self._wake_w = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        else:  # pragma: no cover - non-Linux
-            self._wake_r, self._wake_w = os.pipe()
-            os.set_blocking(self._wake_r, False)
-            os.set_blocking(self._wake_w, False)
-        self._wake_pending = False
-        self._fds_closed = False
+        self._waker = Waker()
         self._closing = False
         self._hello_id: str | None = None
         self.connected = threading.Event()
@@ -119,14 +110,14 @@ class Transport:
         if _EPOLL:
             self._io_poller = select.epoll()
             self._io_poller.register(sock_fd, select.EPOLLIN)
-            self._io_poller.register(self._wake_r, select.EPOLLIN)
+            self._io_poller.register(self._waker.fd, select.EPOLLIN)
         else:  # pragma: no cover - no epoll: leaders cannot stop the IO thread waking
             self._io_poller = select.poll()
             self._io_poller.register(sock_fd, select.POLLIN)
-            self._io_poller.register(self._wake_r, select.POLLIN)
+            self._io_poller.register(self._waker.fd, select.POLLIN)
         self._lead_poller = select.poll()
         self._lead_poller.register(sock_fd, select.POLLIN)
-        self._lead_poller.register(self._wake_r, select.POLLIN)
+        self._lead_poller.register(self._waker.fd, select.POLLIN)
         self._thread = threading.Thread(target=self._run, name="intercom-client", daemon=True)
         self._thread.start()
 
@@ -137,8 +128,8 @@ class Transport:
         reply = self._register(env)
         if reply._state is PENDING:
             self._outbox.append(env)
-            if not self._wake_pending:
-                self._wake()
+            if not self._waker.pending:
+                self._waker.wake()
         return reply
 
     def request_send(self, to: str, msg_id: str, message: str) -> Reply:
@@ -153,8 +144,8 @@ class Transport:
             return reply
         outbox = self._outbox
         outbox.append(item)
-        if not self._wake_pending:
-            self._wake()
+        if not self._waker.pending:
+            self._waker.wake()
         elif not len(outbox) % _YIELD_EVERY:
             # The IO thread was woken to send these and waits for the interpreter,
             # which a thread that only queues gives up once per switch interval (5 ms):
@@ -174,8 +165,8 @@ class Transport:
         if reply._state is PENDING:
             self._outbox.append(env)
             if not self.serve_until(lambda: reply._state is not PENDING, deadline):
-                if not self._wake_pending:
-                    self._wake()
+                if not self._waker.pending:
+                    self._waker.wake()
         try:
             return reply.result(max(0.0, deadline - time.monotonic()))
         except TimeoutError:
@@ -200,27 +191,22 @@ class Transport:
             self._leading = False
             lock.release()
             if self._closing:
-                self._wake()    # the IO thread's close signal may have been read by this leader
+                self._waker.wake()    # the IO thread's close signal may have been read by this leader
 
     def post(self, env: dict) -> None:
         """Send an envelope that expects no answer."""
         self._outbox.append(env)
-        if not self._wake_pending:
-            self._wake()
+        if not self._waker.pending:
+            self._waker.wake()
 
     def close(self, timeout: float = 2.0) -> None:
         self._closing = True
-        self._wake()
+        self._waker.wake()
         self._thread.join(timeout)
         if not self._thread.is_alive():
             # Only once nobody polls them any more (a thread still stuck holding the
             # socket keeps them open: better a leak than a reused descriptor).
-            self._fds_closed = True
-            for fd in {self._wake_r, self._wake_w}:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            self._waker.close()
         self._fail_owed(BusError("session_closed"))
 
     def forget(self, msg_id: str) -> None:
@@ -243,30 +229,6 @@ class Transport:
         if reply is not None:
             self._resolve([(reply, BusError("session_closed").reply())])
 
-    def _wake(self) -> None:
-        self._wake_pending = True
-        if self._fds_closed:
-            return
-        try:
-            if self._wake_w == self._wake_r:
-                os.eventfd_write(self._wake_w, 1)
-            else:  # pragma: no cover - pipe fallback
-                os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass   # already readable (pipe full), or closed during close()
-
-    def _clear_wake(self) -> None:
-        """Consume the wake-up, then clear the flag, both before the flush: a post that
-        saw the flag still set is flushed now, and any later post wakes again."""
-        try:
-            if self._wake_w == self._wake_r:
-                os.eventfd_read(self._wake_r)
-            else:  # pragma: no cover - pipe fallback
-                os.read(self._wake_r, 4096)
-        except (BlockingIOError, OSError):
-            pass
-        self._wake_pending = False
-
     def _lead(self, done: Callable[[], bool], deadline: float | None) -> None:
         """Holding ``_io_lock``: service the socket until ``done()``, the deadline
         passes or the transport closes."""
@@ -274,7 +236,7 @@ class Transport:
         if done() or self._closing:
             return               # no need to wait: the IO thread's watch stays as it is
         poll = self._lead_poller.poll
-        wake_fd = self._wake_r
+        wake_fd = self._waker.fd
         self._io_watch(False)
         try:
             while True:
@@ -289,7 +251,7 @@ class Transport:
                 ready = poll(math.ceil(wait_s * 1000))
                 for fd, _ in ready:
                     if fd == wake_fd:
-                        self._clear_wake()
+                        self._waker.clear()
                 self._timers(time.monotonic())
                 self._service()
                 if done() or self._closing:
@@ -331,33 +293,7 @@ class Transport:
 
     def _flush(self) -> None:
         """Send everything queued, in order, in as few frames as the limits allow."""
-        outbox = self._outbox
-        popleft = outbox.popleft
-        envs: list[dict] = []
-        while outbox:
-            item = popleft()
-            if item.__class__ is tuple:
-                to, msg_id, text = item
-                ids = [msg_id]
-                texts = [text]
-                # An upper bound of the UTF-8 size (exact for ASCII); a message that
-                # would take the envelope past _SENDS_BYTES starts the next one.
-                size = len(text) if text.isascii() else 4 * len(text)
-                while outbox and len(ids) < MAX_SEND_ITEMS:
-                    after = outbox[0]
-                    if after.__class__ is not tuple or after[0] != to:
-                        break
-                    text = after[2]
-                    size += len(text) if text.isascii() else 4 * len(text)
-                    if size > _SENDS_BYTES:
-                        break
-                    popleft()
-                    ids.append(after[1])
-                    texts.append(text)
-                envs.append({"v": PROTOCOL_VERSION, "k": "sends", "to": to, "ids": ids,
-                             "messages": texts})
-            else:
-                envs.append(item)
+        envs = take_envelopes(self._outbox)
         if envs:
             self._send(envs)
 
@@ -430,7 +366,7 @@ class Transport:
                 elif kind == "msg":
                     msgs.append(env)
                 elif kind == "msgs":
-                    _expand(env, msgs)
+                    expand_msgs(env, msgs)
                 elif kind == "acks":
                     ids = env.get("ids")
                     if ids.__class__ is list:
@@ -504,7 +440,7 @@ class Transport:
     def _run(self) -> None:
         poll = self._io_poller.poll
         lock = self._io_lock
-        wake_fd = self._wake_r
+        wake_fd = self._waker.fd
         ready: list = []
         try:
             with lock:
@@ -518,7 +454,7 @@ class Transport:
                         break
                     for fd, _ in ready:
                         if fd == wake_fd:
-                            self._clear_wake()
+                            self._waker.clear()
                     wait_s = self._timers(time.monotonic())
                     self._service()
                 ready = poll(wait_s if _EPOLL else wait_s * 1000)
@@ -528,20 +464,6 @@ class Transport:
                 self._sock.close()
                 if _EPOLL:
                     self._io_poller.close()
-
-
-def _expand(env: dict, msgs: list) -> None:
-    """The ``msg`` envelopes a ``msgs`` envelope stands for, appended to ``msgs``."""
-    sender, name, sent_at = env.get("from"), env.get("fromName"), env.get("sentAt")
-    ids, texts = env.get("ids"), env.get("messages")
-    if not isinstance(ids, list) or not isinstance(texts, list):
-        return
-    # No "attachments" list here (the session adds it when the message is taken): a
-    # dict of atomic values only is not tracked by the garbage collector, which then
-    # does not walk a receiver's backlog of them on every collection.
-    msgs.extend({"id": msg_id, "message": text, "sentAt": sent_at, "expectsReply": False,
-                 "fromName": name, "from": sender}
-                for msg_id, text in zip(ids, texts))
 
 
 def _strip(env: dict) -> dict[str, Any]:
