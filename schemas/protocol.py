@@ -65,16 +65,16 @@ def new_packer() -> Callable[[Any], bytes]:
 
 def pack_frames(envs: list[dict], batch_bytes: int = MAX_FRAME_BYTES,
                 max_bytes: int = MAX_FRAME_BYTES,
-                _packb: Callable[[Any], bytes] = pack) -> tuple[list[bytes], list[dict]]:
+                encode: Callable[[Any], bytes] = pack) -> tuple[list[bytes], list[dict]]:
     """Pack envelopes, in order, into as few frames as the limits allow.
 
     A frame holds at most ``MAX_BATCH`` envelopes and, when it holds several, at most
     ``batch_bytes`` bytes. Returns the frames and the envelopes that alone pack to more
-    than ``max_bytes`` (left out: the caller answers for them). ``_packb`` encodes one
+    than ``max_bytes`` (left out: the caller answers for them). ``encode`` packs one
     value (an owner's :func:`new_packer`).
     """
     if len(envs) == 1:
-        data = _packb(envs[0])
+        data = encode(envs[0])
         return ([data], []) if len(data) <= max_bytes else ([], envs)
     frames: list[bytes] = []
     oversize: list[dict] = []
@@ -82,7 +82,7 @@ def pack_frames(envs: list[dict], batch_bytes: int = MAX_FRAME_BYTES,
     size = 0
     limit = batch_bytes - 3          # room for the array header
     for env in envs:
-        data = _packb(env)
+        data = encode(env)
         if len(data) > max_bytes:
             oversize.append(env)
             continue

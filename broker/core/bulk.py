@@ -23,6 +23,7 @@ from schemas.errors import BusError
 from schemas.limits import MAX_MESSAGE_CHARS, MAX_SEND_ITEMS, MAX_TARGET_CHARS, PROTOCOL_VERSION
 
 from .commands import Send
+from .dedup import text_fingerprint
 from .sessions import Session
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def on_sends(engine: Engine, session: Session, env: dict, re: str | None, now: f
                 except BusError:
                     plain_target = False      # every message gets the ordinary refusal
             if target is not None:
-                admitted[msg_id] = hash(("send", to, message, None, None))   # text_fingerprint
+                admitted[msg_id] = text_fingerprint("send", to, message)
                 admitted_texts.append(message)
                 continue
         # Anything else is the single call it stands for, after what came before it.
