@@ -125,33 +125,13 @@ class Transport:
 
     def request(self, env: dict) -> Reply:
         """Send a request envelope (with ``id``); the future gets the broker's result."""
-        reply = self._register(env)
-        if reply._state is PENDING:
-            self._outbox.append(env)
-            if not self._waker.pending:
-                self._waker.wake()
-        return reply
+        return self._enqueue(env["id"], env)
 
     def request_send(self, to: str, msg_id: str, message: str) -> Reply:
         """A quiet plain send (``call``/``send`` of text to ``to``), queued as the
         tuple ``(to, id, message)``: runs of them to one target leave as one ``sends``
         envelope. The future gets the broker's answer for this id."""
-        item = (to, msg_id, message)
-        reply = Reply(self._cond, item)
-        self._owed[msg_id] = reply
-        if self._dead:
-            self._refuse_closed(msg_id)
-            return reply
-        outbox = self._outbox
-        outbox.append(item)
-        if not self._waker.pending:
-            self._waker.wake()
-        elif not len(outbox) % _YIELD_EVERY:
-            # The IO thread was woken to send these and waits for the interpreter,
-            # which a thread that only queues gives up once per switch interval (5 ms):
-            # hand it over now.
-            time.sleep(0)
-        return reply
+        return self._enqueue(msg_id, (to, msg_id, message))
 
     def call(self, env: dict, timeout: float) -> dict | None:
         """Send a request and wait for its result; None after ``timeout`` seconds.
@@ -161,7 +141,7 @@ class Transport:
         to be woken.
         """
         deadline = time.monotonic() + timeout
-        reply = self._register(env)
+        reply = self._register(env["id"], env)
         if reply._state is PENDING:
             self._outbox.append(env)
             if not self.serve_until(lambda: reply._state is not PENDING, deadline):
@@ -215,12 +195,28 @@ class Transport:
 
     # -- internals shared by the IO thread and leading callers -----------------------------
 
-    def _register(self, env: dict) -> Reply:
-        """A reply owed for ``env``; already failed when the transport is closed."""
-        reply = Reply(self._cond, env)
-        self._owed[env["id"]] = reply
+    def _register(self, msg_id: str, request: dict | tuple) -> Reply:
+        """A reply owed for ``request``; already failed when the transport is closed."""
+        reply = Reply(self._cond, request)
+        self._owed[msg_id] = reply
         if self._dead:
-            self._refuse_closed(env["id"])
+            self._refuse_closed(msg_id)
+        return reply
+
+    def _enqueue(self, msg_id: str, request: dict | tuple) -> Reply:
+        """Register a pipelined request and queue it for the outbox's next flush."""
+        reply = self._register(msg_id, request)
+        if reply._state is not PENDING:
+            return reply
+        outbox = self._outbox
+        outbox.append(request)
+        if not self._waker.pending:
+            self._waker.wake()
+        elif not len(outbox) % _YIELD_EVERY:
+            # The IO thread was woken to send these and waits for the interpreter,
+            # which a thread that only queues gives up once per switch interval (5 ms):
+            # hand it over now.
+            time.sleep(0)
         return reply
 
     def _refuse_closed(self, msg_id: str) -> None:

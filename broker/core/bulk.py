@@ -61,7 +61,7 @@ def on_sends(engine: Engine, session: Session, env: dict, re: str | None, now: f
                 and msg_id not in young and msg_id not in old and msg_id not in admitted):
             if target is None:
                 try:
-                    target = messaging._resolve(session, to)
+                    target = messaging.resolve_target(session, to)
                 except BusError:
                     plain_target = False      # every message gets the ordinary refusal
             if target is not None:

@@ -23,19 +23,19 @@ A ``send`` that names ``replyTo`` is this same reply, addressed with ``to``.
 
 from __future__ import annotations
 
+import functools
 import re as _re
 from typing import TYPE_CHECKING, Any
 
 from schemas.errors import BusError
-from schemas.limits import (MAX_ASK_TIMEOUT_S, MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PREFIX_LEN,
-                            PROTOCOL_VERSION)
+from schemas.limits import MAX_ASK_TIMEOUT_S, PREFIX_LEN
 from schemas.protocol import envelope
 
 from .actions import tool_params
 from .asks import Ask, AskTable
 from .bounded import RecentMap
 from .commands import Send
-from .dedup import MessageIds, fingerprint, text_fingerprint
+from .dedup import MessageIds, fingerprint
 from .paths import looks_like_path
 from .sessions import Session
 from .targeting import resolve_session
@@ -45,9 +45,6 @@ if TYPE_CHECKING:
 
 RECENT_PER_SESSION = 512      # ordinary messages a session can still reply to: 256 to 512
 _HEX_PREFIX = _re.compile(r"[0-9a-f]{8}")
-# The keys of a plain live send (no attachments, no replyTo): the common case, which
-# takes a path with the same checks and answers but less general machinery.
-_PLAIN_SEND_KEYS = frozenset({"v", "k", "id", "action", "to", "message", "quiet", "currentTurn"})
 
 
 class Messaging:
@@ -79,40 +76,10 @@ class Messaging:
     # -- send --------------------------------------------------------------------------
 
     def send(self, session: Session, env: dict, re: str, now: float) -> dict | None:
-        to = env.get("to")
-        message = env.get("message")
-        if (to.__class__ is str and message.__class__ is str and env.keys() <= _PLAIN_SEND_KEYS
-                and 0 < len(to) <= MAX_TARGET_CHARS and 0 < len(message) <= MAX_MESSAGE_CHARS
-                and not to.startswith("workflow:")):
-            return self._plain_send(session, to, message, re, now)
         params = tool_params(env)
         turn = env.get("currentTurn") if isinstance(env.get("currentTurn"), str) else None
         return self._once(session, "send", params, re,
                           lambda: self._send(session, params, re, now, turn))
-
-    def _plain_send(self, session: Session, to: str, message: str, re: str,
-                    now: float) -> dict | None:
-        """``send`` of text to a live session: ``_once`` + ``_send`` + ``deliver``
-        for the envelope shape nearly every send has, inlined."""
-        ids = self.ids
-        mark = text_fingerprint("send", to, message)
-        entry = ids.lookup(re, session.id, mark)
-        if entry is not None:
-            self.engine.stats["dedup.retries"] += 1
-            return entry[0]
-        try:
-            target = self._resolve(session, to)
-        except BusError as error:
-            ids.record(re, session.id, mark, error.reply())
-            raise
-        self.remember(target, re, session)
-        self.engine.out.append(Send(target.identity, {
-            "v": PROTOCOL_VERSION, "k": "msg", "id": re, "message": message,
-            "attachments": [], "sentAt": now, "expectsReply": False,
-            "fromName": session.name, "from": session.id}))
-        answer = {"delivered": True, "to": target.id, "toName": target.name, "messageId": re}
-        ids.record(re, session.id, mark, answer)
-        return answer
 
     def _send(self, session: Session, params: dict, re: str, now: float,
               turn: str | None = None) -> dict | None:
@@ -122,7 +89,7 @@ class Messaging:
         if params.get("replyTo") is not None:
             # A reply is a send with replyTo: the thread must exist and be from ``to``.
             return self._reply(session, params, turn, re, now)
-        target = self._resolve(session, to)
+        target = self.resolve_target(session, to)
         self.deliver(session, target, re, message, attachments, now)
         return {"delivered": True, "to": target.id, "toName": target.name, "messageId": re}
 
@@ -137,7 +104,7 @@ class Messaging:
         if looks_like_path(to):
             target = self.engine.workflows.resolve_ask(session, to)
         else:
-            target = self._resolve(session, to)
+            target = self.resolve_target(session, to)
         self._open_ask(session, target, re, message, attachments, params.get("timeout"), now,
                        supervisor=False)
 
@@ -177,7 +144,7 @@ class Messaging:
         self.deliver(asker, target, ask_id, message, attachments, now, expects_reply=True,
                      supervisor=supervisor, timeout_s=timeout_s)
 
-    def _resolve(self, session: Session, to: str) -> Session:
+    def resolve_target(self, session: Session, to: str) -> Session:
         """An ordinary (non-path) target; known non-agent nodes are refused."""
         try:
             target = resolve_session(self.registry, session, to)
@@ -200,10 +167,7 @@ class Messaging:
                now: float) -> dict:
         message, attachments = _body("reply", params)
         ask, ordinary = self._thread(session, params, turn)
-        answered = self.answered.get(session.id)
-        if answered is None:
-            answered = self.answered[session.id] = RecentMap(RECENT_PER_SESSION)
-        answered[ask.id if ask is not None else ordinary[0]] = True
+        _table_for(self.answered, session)[ask.id if ask is not None else ordinary[0]] = True
         if ask is not None:
             self.asks.close(ask)
             answer = {"from": session.id, "fromName": session.name, "message": message,
@@ -297,7 +261,7 @@ class Messaging:
             msg["replyTo"] = reply_to
         for key, value in extra.items():
             if value:
-                msg[_CAMEL.get(key) or _camel(key)] = value
+                msg[_camel(key)] = value
         if not expects_reply:
             self.remember(target, msg_id, sender)
         self.engine.out.append(Send(target.identity, msg))
@@ -308,10 +272,7 @@ class Messaging:
 
     def recent_for(self, target: Session) -> RecentMap[str, str]:
         """The ordinary messages ``target`` received lately (msg id -> sender id)."""
-        recent = self.recent.get(target.id)
-        if recent is None:
-            recent = self.recent[target.id] = RecentMap(RECENT_PER_SESSION)
-        return recent
+        return _table_for(self.recent, target)
 
     # -- idempotence -----------------------------------------------------------------------
 
@@ -371,9 +332,15 @@ def _names(session: Session, to: str) -> bool:
         (bool(_HEX_PREFIX.fullmatch(lowered)) and session.prefix == lowered)
 
 
-_CAMEL = {"timeout_s": "timeoutS", "supervisor": "supervisor"}
+def _table_for(tables: dict[str, RecentMap], session: Session) -> RecentMap:
+    """``session``'s bounded table in ``tables``, made on first use."""
+    table = tables.get(session.id)
+    if table is None:
+        table = tables[session.id] = RecentMap(RECENT_PER_SESSION)
+    return table
 
 
+@functools.cache
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
