@@ -1,0 +1,152 @@
+"""What the broker keeps: typed records the core emits and the store applies.
+
+The core never talks to a database. It describes every durable change as one of the
+frozen records below, inside a :class:`~broker.core.commands.Persist` command; the
+shell hands them to the persistence worker, which applies a whole batch through the
+:class:`Store` interface in one transaction. At start the shell reads a
+:class:`Snapshot` back from the store and gives it to the engine.
+
+Invariants:
+
+* a record names every field it writes; the store maps fields to columns by name
+  (no positional tuples anywhere between the core and the database);
+* records are plain values (str, int, float, bool, None, lists and dicts of them), so
+  any store implementation can encode them;
+* times in records are wall-clock seconds (people and other brokers read them), never
+  the monotonic ``now`` the core runs on.
+
+A networked store implements exactly :class:`Store`: ``apply`` (all-or-nothing for a
+batch), ``load`` and ``live_brokers``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class IdentitySaved:
+    """Who last held a session id, so a later claim of that id can be checked."""
+
+    session_id: str
+    atomic_session_id: str | None
+    token_hash: str
+    name: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRenewed:
+    """This broker is alive until ``until`` (wall clock), serving ``endpoint``."""
+
+    broker_id: str
+    pid: int
+    endpoint: str
+    started_at: float
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseReleased:
+    broker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunSaved:
+    """The whole tree of a workflow run (see :meth:`broker.core.runs.Run.record`)."""
+
+    run_id: str
+    record: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    """The run is gone, with every sticky entry and delivery record of it."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StickySaved:
+    """One retained message for workflow stages, and the answer its sender got."""
+
+    seq: int
+    run_id: str
+    target: str
+    sender_id: str
+    sender_name: str
+    message_id: str
+    message: str
+    attachments: list
+    sent_at: float
+    ack: bool                       # the sender wants undeliverable notices
+    position: int                   # its FIFO position when it was queued
+    not_in_known_set: bool          # the target matched no known stage then
+
+
+@dataclass(frozen=True, slots=True)
+class StickyAnswered:
+    """Live stages that received an entry at the moment it was queued."""
+
+    seq: int
+    delivered_to: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class StickyDelivery:
+    """One hand-over of an entry to a stage and transcript: ``sent`` or ``acked``."""
+
+    seq: int
+    stage: str
+    transcript: str
+    state: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StickyDropped:
+    seq: int
+
+
+Record = (IdentitySaved | LeaseRenewed | LeaseReleased | RunSaved | RunEnded | StickySaved
+          | StickyAnswered | StickyDelivery | StickyDropped)
+
+RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    IdentitySaved, LeaseRenewed, LeaseReleased, RunSaved, RunEnded, StickySaved,
+    StickyAnswered, StickyDelivery, StickyDropped)}
+
+
+@dataclass(slots=True)
+class StickyRow:
+    """A retained entry as read back, with its answered-to list (empty if none)."""
+
+    entry: StickySaved
+    delivered_to: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything the engine restores at start, oldest first in each list."""
+
+    identities: list[IdentitySaved] = field(default_factory=list)
+    runs: list[RunSaved] = field(default_factory=list)
+    sticky: list[StickyRow] = field(default_factory=list)
+    deliveries: list[StickyDelivery] = field(default_factory=list)
+
+
+class Store(Protocol):
+    """The persistence interface: SQLite today, an in-memory one for tests, a
+    networked database next. Implementations need not be thread-safe: one thread
+    (the persistence worker) uses a store at a time."""
+
+    def apply(self, records: Sequence[Record]) -> None:
+        """Make every record durable in one transaction, or none of them (raise)."""
+
+    def load(self) -> Snapshot:
+        """What the engine restores from, as committed."""
+
+    def live_brokers(self, now: float, exclude: str | None = None) -> int:
+        """Brokers whose lease is still valid at wall time ``now``, ``exclude`` aside."""
+
+    def close(self) -> None: ...
