@@ -1,38 +1,9 @@
-"""The wire protocol: one msgpack value per ZeroMQ frame.
+"""Framing: one msgpack value per ZeroMQ frame, in both directions.
 
-A frame carries either one envelope (a map) or a batch (an array of maps), in both
-directions, so a sender can coalesce writes without a protocol change. Every envelope
-has ``v`` (protocol version), ``k`` (kind) and, for requests, ``id`` (the caller's
-message id). Replies carry ``re``: the id of the request they answer.
-
-Client to broker (``CLIENT_KINDS``):
-
-``hello``      open a session: name, group, fallbackGroup, agent, atomicSessionId,
-               sessionKind, parent, sessionId and token (to take an id back), stage.
-``call``       an ``intercom`` tool call: ``action`` plus the tool's parameters.
-``status``     lifecycle status: ``idle``, ``thinking`` or ``tool:<name>``.
-``hb``         heartbeat; the broker answers ``hb``.
-``bye``        close the session now.
-``supervisor`` ask the launching session (message, attachments, timeout), across groups.
-``workflow``   a workflow host operation (``op``: register_run, stage_state, end_run).
-``received``   receipt for a delivered message (sticky-delivery bookkeeping).
-``sends``      pipelined plain sends to one target: ``to``, and ``ids`` and
-               ``messages``, two lists of one length. Each (id, message) pair is
-               exactly the quiet ``call`` with ``action: send`` of that id, target and
-               text, answered the same way (its id in ``acks``, or its own ``result``).
-
-Broker to client (``BROKER_KINDS``):
-
-``result``     the answer to a request: ``ok`` plus fields, or ``code``/``error``;
-               the answer to ``hello`` carries sessionId, token, name, groups, homeGroup.
-``msg``        an inbound message for the session.
-``msgs``       several ordinary text messages from one sender: ``from``,
-               ``fromName``, ``sentAt``, and ``ids`` and ``messages`` as in ``sends``;
-               each pair reads as a ``msg`` with no attachments that expects no reply.
-``event``      an in-band presence event (also published on PUB, topic = group).
-``hb``         heartbeat answer.
-``acks``       ``ids``: requests sent with ``quiet: true`` that succeeded (one
-               envelope per peer and batch instead of one ``result`` each).
+A frame carries either one envelope (a map) or a batch (an array of maps), so a
+sender can coalesce writes without a protocol change. What the envelopes hold, kind
+by kind, is declared in :mod:`schemas.kinds`; the broker builds its envelopes with
+:mod:`schemas.envelopes`. This module only packs and unpacks frames.
 """
 
 from __future__ import annotations
@@ -44,13 +15,8 @@ import msgpack
 from .errors import BusError
 from .limits import MAX_BATCH, MAX_FRAME_BYTES, PROTOCOL_VERSION
 
-CLIENT_KINDS = frozenset({"hello", "call", "status", "hb", "bye", "supervisor", "workflow",
-                          "received", "sends"})
-BROKER_KINDS = frozenset({"result", "msg", "msgs", "event", "hb", "acks"})
-
-PRESENCE_EVENTS = ("session_joined", "session_left", "presence_update")
-SESSION_KINDS = ("interactive", "noninteractive", "stage")
-
+from .kinds import BROKER_KIND_NAMES as BROKER_KINDS, CLIENT_KIND_NAMES as CLIENT_KINDS  # noqa: F401
+from .names import PRESENCE_EVENTS, SESSION_KINDS  # noqa: F401  (their old home)
 
 
 def pack(value: Any) -> bytes:
@@ -135,63 +101,3 @@ def envelope(kind: str, **fields: Any) -> dict[str, Any]:
     env = {"v": PROTOCOL_VERSION, "k": kind}
     env.update(fields)
     return env
-
-
-# -- envelope fields -------------------------------------------------------------------
-# Each table maps a field to (accepted types, required). ``None`` in the types means
-# the field may be null. Tool parameters of ``call`` are checked against the tool's
-# JSON Schema instead (see schemas.tools).
-
-_STR = (str,)
-_OPT_STR = (str, type(None))
-_ID_MAX = 128
-
-HELLO_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "id": (_STR, True),
-    "name": (_STR, True),
-    "group": (_OPT_STR, False),            # explicit home group
-    "fallbackGroup": (_OPT_STR, False),    # env > config > default, resolved by the client
-    "groups": ((list, type(None)), False), # memberships to restore after a reconnect
-    "homeGroup": (_OPT_STR, False),        # home group resolved at first connect
-    "agent": (_OPT_STR, False),
-    "atomicSessionId": (_OPT_STR, False),
-    "sessionKind": (_OPT_STR, False),
-    "parent": (_OPT_STR, False),
-    "sessionId": (_OPT_STR, False),        # id to take back after a restart or reconnect
-    "token": (_OPT_STR, False),            # secret proving a previous hold of sessionId
-    "stage": (_OPT_STR, False),            # canonical workflow path of a stage session
-    "statusSuffix": (_OPT_STR, False),
-    "transcript": (_OPT_STR, False),       # a stage's transcript: same one = no duplicates
-    "notifyUndeliverable": ((bool, type(None)), False),
-}
-
-STATUS_FIELDS = {
-    "status": (_OPT_STR, False),
-    "replyCapability": (_OPT_STR, False),
-}
-
-RECEIVED_FIELDS = {
-    "ids": (list, True),
-}
-
-
-def check_fields(env: dict, table: dict[str, tuple[tuple[type, ...], bool]]) -> None:
-    """Raise BusError(bad_envelope) if ``env`` breaks ``table``; extra fields are ignored."""
-    for name, (types, required) in table.items():
-        if name not in env:
-            if required:
-                raise BusError("bad_envelope", detail=f"missing field {name!r}")
-            continue
-        value = env[name]
-        if not isinstance(value, types) or isinstance(value, bool) and bool not in types:
-            raise BusError("bad_envelope", detail=f"field {name!r} has the wrong type")
-        if isinstance(value, str) and len(value) > 4096:
-            raise BusError("bad_envelope", detail=f"field {name!r} is too long")
-
-
-def request_id(env: dict) -> str | None:
-    """The envelope's message id when it is a usable one, else None."""
-    value = env.get("id")
-    if isinstance(value, str) and 0 < len(value) <= _ID_MAX:
-        return value
-    return None

@@ -23,7 +23,10 @@ from hypothesis import strategies as st
 from schemas.config import Config
 from schemas.errors import ERRORS
 from schemas.limits import MAX_BATCH, MAX_FRAME_BYTES, PROTOCOL_VERSION
-from schemas.protocol import BROKER_KINDS, CLIENT_KINDS, HELLO_FIELDS, STATUS_FIELDS
+from schemas.kinds import BROKER_KIND_NAMES as BROKER_KINDS, CLIENT_KIND_NAMES as CLIENT_KINDS, KINDS
+
+HELLO_FIELDS = {f.name for kind in KINDS.values() if kind.name == "hello" for f in kind.fields}
+STATUS_FIELDS = {f.name for kind in KINDS.values() if kind.name == "status" for f in kind.fields}
 from schemas.tools import INTERCOM_ACTIONS, INTERCOM_SCHEMA
 
 from .conftest import Bus, unique

@@ -1,0 +1,70 @@
+"""Builders of the envelopes the broker sends: each kind is built here and nowhere else.
+
+The fields are those :mod:`schemas.kinds` declares (a unit test builds each one and
+checks it against the declaration). Errors reach the wire through exactly one
+function, :func:`error_result`, so a code always carries its table text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import BusError
+from .limits import PROTOCOL_VERSION
+
+_V = PROTOCOL_VERSION
+
+
+def result(re: str | None, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A success answer to request ``re``."""
+    env = {"v": _V, "k": "result", "re": re, "ok": True}
+    if fields:
+        env.update(fields)
+    return env
+
+
+def error_result(re: str | None, error: BusError) -> dict[str, Any]:
+    """The one place a refusal becomes an envelope."""
+    return {"v": _V, "k": "result", "re": re, "ok": False, "code": error.code, "error": error.text}
+
+
+def msg(msg_id: str, sender_id: str, sender_name: str, message: str, attachments: list,
+        sent_at: float, expects_reply: bool = False, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One inbound message; ``extra`` holds the optional declared fields (replyTo,
+    supervisor, timeoutS, target, ackRequired, receivedBeforeStart)."""
+    env = {"v": _V, "k": "msg", "id": msg_id, "from": sender_id, "fromName": sender_name,
+           "message": message, "attachments": attachments, "sentAt": sent_at,
+           "expectsReply": expects_reply}
+    if extra:
+        env.update(extra)
+    return env
+
+
+def msgs(sender_id: str, sender_name: str, sent_at: float, ids: list[str],
+         texts: list[str]) -> dict[str, Any]:
+    """Several plain text messages from one sender."""
+    return {"v": _V, "k": "msgs", "from": sender_id, "fromName": sender_name,
+            "sentAt": sent_at, "ids": ids, "messages": texts}
+
+
+def acks(ids: list[str]) -> dict[str, Any]:
+    return {"v": _V, "k": "acks", "ids": ids}
+
+
+def event(name: str, **fields: Any) -> dict[str, Any]:
+    """An in-band or published event (presence, undeliverable)."""
+    env = {"v": _V, "k": "event", "event": name}
+    env.update(fields)
+    return env
+
+
+def presence(name: str, row: dict[str, Any], group: str | None = None) -> dict[str, Any]:
+    """A presence event about the session whose public ``row`` is given."""
+    env = {"v": _V, "k": "event", "event": name, "session": row}
+    if group is not None:
+        env["group"] = group
+    return env
+
+
+def heartbeat() -> dict[str, Any]:
+    return {"v": _V, "k": "hb"}

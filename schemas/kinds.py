@@ -1,0 +1,235 @@
+"""The wire protocol, declared once: every envelope kind, its direction and its fields.
+
+Everything else about envelopes is derived from :data:`KINDS`: the broker's check of
+incoming envelopes (:func:`check`), the builders of outgoing ones
+(:mod:`schemas.envelopes`, each checked against this table by the tests), and the
+protocol section of the README (:func:`describe`, ``python -m schemas.kinds``).
+
+Every envelope is a msgpack map with ``v`` (protocol version), ``k`` (kind) and, for a
+request, ``id`` (the caller's message id, 1 to 128 characters). A frame holds one
+envelope or an array of them (see :mod:`schemas.protocol`). Fields not declared here
+are ignored by the receiver, so a newer peer may add fields without breaking an older
+one; a declared field with the wrong type or past its limit is refused as
+``bad_envelope``.
+
+Invariants:
+
+* a kind's name is unique per direction; ``hb`` is the only kind both sides send;
+* ``required`` fields are present in every envelope of that kind a peer may send;
+* the tool parameters of ``call`` are declared by the ``intercom`` JSON Schema
+  (:mod:`schemas.tools`), not here: ``params`` names that schema.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BusError
+from .limits import MAX_BATCH, MAX_FRAME_BYTES, MAX_NAME_CHARS, MAX_SEND_ITEMS
+
+CLIENT, BROKER = "client → broker", "broker → client"
+ID_MAX = 128
+TEXT_MAX = 4096          # any other declared string field
+
+_NONE = type(None)
+_TYPE_NAMES = {str: "str", int: "int", float: "float", bool: "bool", list: "list",
+               dict: "map", _NONE: "null", object: "any"}
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    types: tuple[type, ...]
+    required: bool = False
+    max_len: int | None = TEXT_MAX      # characters of a str, items of a list
+    doc: str = ""
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not acceptable for this field, or None."""
+        if not isinstance(value, self.types) or (value.__class__ is bool and bool not in self.types
+                                                 and object not in self.types):
+            return f"field {self.name!r} has the wrong type"
+        if self.max_len is not None and isinstance(value, (str, list)) and len(value) > self.max_len:
+            return f"field {self.name!r} is too long"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    name: str
+    direction: str
+    doc: str
+    fields: tuple[Field, ...] = ()
+    request: bool = False         # carries an ``id`` that a ``result`` answers
+    params: str | None = None     # tool parameters checked by that JSON Schema
+
+
+def _f(name: str, types: type | tuple[type, ...], doc: str, *, required: bool = False,
+       max_len: int | None = TEXT_MAX) -> Field:
+    return Field(name, types if isinstance(types, tuple) else (types,), required, max_len, doc)
+
+
+_STR_OR_NULL = (str, _NONE)
+_NUM = (int, float)
+
+CLIENT_KINDS: tuple[Kind, ...] = (
+    Kind("hello", CLIENT, "Open a session on this connection, or take one back after a "
+         "reconnect or a broker restart. Answered by a ``result`` holding the welcome.", (
+        _f("name", str, f"session name (at most {MAX_NAME_CHARS} characters once trimmed)",
+           required=True),
+        _f("sessionKind", _STR_OR_NULL, "interactive, noninteractive or stage"),
+        _f("group", _STR_OR_NULL, "explicit home group"),
+        _f("fallbackGroup", _STR_OR_NULL, "the client's env > config > default group"),
+        _f("homeGroup", _STR_OR_NULL, "home group resolved at the first connect (reconnects)"),
+        _f("groups", (list, _NONE), "memberships to restore after a reconnect", max_len=None),
+        _f("agent", _STR_OR_NULL, "agent this session belongs to"),
+        _f("atomicSessionId", _STR_OR_NULL, "the runtime's own session id"),
+        _f("parent", _STR_OR_NULL, "id of the launching session"),
+        _f("sessionId", _STR_OR_NULL, "id to take back"),
+        _f("token", _STR_OR_NULL, "secret proving a previous hold of sessionId"),
+        _f("stage", _STR_OR_NULL, "canonical workflow path of a stage session"),
+        _f("transcript", _STR_OR_NULL, "a stage's transcript: the same one means no duplicates"),
+        _f("statusSuffix", _STR_OR_NULL, "configured status suffix"),
+        _f("notifyUndeliverable", (bool, _NONE), "send undeliverable notices for sticky entries"),
+    ), request=True),
+    Kind("call", CLIENT, "One intercom tool call: ``action`` and the tool's parameters.", (
+        _f("action", object, "list, groups, join, leave, send, ask, reply, pending or status "
+           "(anything else: unknown_action)", max_len=None),
+        _f("currentTurn", str, "id of the message this session is answering now", max_len=ID_MAX),
+        _f("quiet", bool, "answer success with ``acks`` instead of a ``result``"),
+    ), request=True, params="intercom"),
+    Kind("sends", CLIENT, "Pipelined plain sends to one target: each (id, message) pair "
+         "means the quiet ``call`` send of that id and text, answered in ``acks`` or by "
+         "its own ``result``.", (
+        _f("to", object, "target, as in send (a bad one is refused per message)", max_len=None),
+        _f("ids", list, "message ids", required=True, max_len=MAX_SEND_ITEMS),
+        _f("messages", list, "message texts, one per id", required=True, max_len=MAX_SEND_ITEMS),
+    )),
+    Kind("supervisor", CLIENT, "Ask the launching session, across groups: ``message``, "
+         "``attachments`` and ``timeout``, checked as the parameters of an ``ask``.",
+         request=True, params="intercom"),
+    Kind("workflow", CLIENT, "A workflow host operation; its parameters are checked by "
+         "the operation (a bad one is ``invalid_params``).", (
+        _f("op", str, "register_run, add_stages, stage_state or end_run", required=True, max_len=32),
+        _f("runId", object, "run id: a non-empty string without '/'", max_len=None),
+        _f("stages", object, "register_run, add_stages: the stage tree (a list)", max_len=None),
+        _f("parent", object, "add_stages: the parent stage path", max_len=None),
+        _f("stage", object, "stage_state: the stage path or name", max_len=None),
+        _f("state", object, "stage_state: PENDING, RUNNING, completed, failed or skipped",
+           max_len=None),
+    ), request=True),
+    Kind("status", CLIENT, "Lifecycle status and reply capability.", (
+        _f("status", _STR_OR_NULL, "idle, thinking or tool:<name> (a child: completed, ...)"),
+        _f("replyCapability", _STR_OR_NULL, "live or terminal"),
+    )),
+    Kind("received", CLIENT, "Receipt: these delivered messages entered the session's context.", (
+        _f("ids", list, "message ids", required=True, max_len=None),
+    )),
+    Kind("bye", CLIENT, "Close the session now."),
+    Kind("hb", CLIENT, "Heartbeat; answered with ``hb``."),
+)
+
+_MSG_FIELDS = (
+    _f("id", str, "message id (reply to it with replyTo)", required=True, max_len=ID_MAX),
+    _f("from", str, "sender session id", required=True),
+    _f("fromName", str, "sender name", required=True),
+    _f("message", str, "text", required=True, max_len=None),
+    _f("attachments", list, "attachments", required=True, max_len=None),
+    _f("sentAt", _NUM, "wall-clock time it was sent (seconds)", required=True),
+    _f("expectsReply", bool, "an ask: the sender waits for a reply", required=True),
+    _f("replyTo", str, "the message this one answers", max_len=ID_MAX),
+    _f("supervisor", bool, "an ask from a child to its supervisor"),
+    _f("timeoutS", _NUM, "an ask's timeout"),
+    _f("target", str, "the workflow path it was sent to", max_len=None),
+    _f("ackRequired", bool, "send ``received`` once it is in the session's context"),
+    _f("receivedBeforeStart", bool, "retained for the stage before it started"),
+)
+
+BROKER_KINDS: tuple[Kind, ...] = (
+    Kind("result", BROKER, "The answer to a request: ``ok`` and the answer's fields, or "
+         "``ok: false`` with ``code`` and ``error``.", (
+        _f("re", _STR_OR_NULL, "id of the request answered (null: not attributable)",
+           required=True, max_len=ID_MAX),
+        _f("ok", bool, "success", required=True),
+        _f("code", str, "error code (schemas.errors)"),
+        _f("error", str, "error text", max_len=None),
+    )),
+    Kind("msg", BROKER, "An inbound message.", _MSG_FIELDS),
+    Kind("msgs", BROKER, "Several plain text messages from one sender; each (id, message) "
+         "pair reads as a ``msg`` without attachments that expects no reply.", (
+        _f("from", str, "sender session id", required=True),
+        _f("fromName", str, "sender name", required=True),
+        _f("sentAt", _NUM, "wall-clock time they were sent", required=True),
+        _f("ids", list, "message ids", required=True, max_len=None),
+        _f("messages", list, "texts", required=True, max_len=None),
+    )),
+    Kind("acks", BROKER, "Quiet requests that succeeded with a plain delivery.", (
+        _f("ids", list, "their ids", required=True, max_len=None),
+    )),
+    Kind("event", BROKER, "An in-band event: presence (``session_joined``, "
+         "``session_left``, ``presence_update`` with the session's row) or "
+         "``undeliverable``. Presence is also published on PUB, topic = group.", (
+        _f("event", str, "event name", required=True),
+        _f("session", dict, "the session's public row (presence)"),
+        _f("group", str, "the group (PUB only)"),
+        _f("messageId", str, "undeliverable: the sticky message", max_len=ID_MAX),
+        _f("runId", str, "undeliverable: its run", max_len=None),
+        _f("target", str, "undeliverable: its target", max_len=None),
+        _f("reason", str, "undeliverable: why"),
+    )),
+    Kind("hb", BROKER, "Heartbeat answer."),
+)
+
+KINDS: dict[tuple[str, str], Kind] = {(k.direction, k.name): k for k in CLIENT_KINDS + BROKER_KINDS}
+CLIENT_KIND_NAMES = frozenset(k.name for k in CLIENT_KINDS)
+BROKER_KIND_NAMES = frozenset(k.name for k in BROKER_KINDS)
+
+
+def _compile(kind: Kind):
+    fields = kind.fields
+    required = tuple(f.name for f in fields if f.required)
+
+    def check_env(env: dict) -> None:
+        for name in required:
+            if name not in env:
+                raise BusError("bad_envelope", detail=f"missing field {name!r}")
+        for field in fields:
+            if field.name in env:
+                problem = field.problem(env[field.name])
+                if problem:
+                    raise BusError("bad_envelope", detail=problem)
+    return check_env
+
+
+_CHECKS = {key: _compile(kind) for key, kind in KINDS.items()}
+
+
+def check(env: dict, kind: str, direction: str = CLIENT) -> None:
+    """Check ``env``'s declared fields. Raises BusError(bad_envelope)."""
+    _CHECKS[(direction, kind)](env)
+
+
+def describe() -> str:
+    """The protocol as a Markdown section (the README's, and other languages')."""
+    lines = ["Every envelope: `v` (protocol version), `k` (kind); requests also `id` "
+             f"(1 to {ID_MAX} characters). A frame holds one envelope or an array of up to "
+             f"{MAX_BATCH} (at most {MAX_FRAME_BYTES >> 20} MiB). Undeclared fields are "
+             "ignored; a declared one of the wrong type or too long is `bad_envelope`."]
+    for direction, kinds in ((CLIENT, CLIENT_KINDS), (BROKER, BROKER_KINDS)):
+        lines += ["", f"#### {direction}", "", "| kind | fields (* required) | what |",
+                  "|---|---|---|"]
+        for kind in kinds:
+            fields = ", ".join(f"`{f.name}`{'*' if f.required else ''}: "
+                               f"{' or '.join(_TYPE_NAMES[t] for t in f.types)}" for f in kind.fields)
+            if kind.request:
+                fields = "`id`*: str" + (", " + fields if fields else "")
+            if kind.params:
+                fields += f", plus the `{kind.params}` tool parameters"
+            lines.append(f"| `{kind.name}` | {fields or '-'} | {kind.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(describe())

@@ -1,0 +1,50 @@
+"""Names both sides use: session kinds, workflow vocabulary, event names.
+
+Defined once here so no module retypes a string another one matches against.
+"""
+
+from __future__ import annotations
+
+from .groups import DEFAULT_GROUP, WORKFLOW_PREFIX
+
+SESSION_KINDS = ("interactive", "noninteractive", "stage")
+INTERACTIVE, NONINTERACTIVE, STAGE = SESSION_KINDS
+
+LIVE, TERMINAL = "live", "terminal"                 # reply capability
+REPLY_CAPABILITIES = (LIVE, TERMINAL)
+IDLE, THINKING, TOOL_PREFIX = "idle", "thinking", "tool:"
+TERMINAL_CHILD_STATUSES = frozenset({"completed", "failed", "interrupted", "cancelled"})
+
+SESSION_JOINED, SESSION_LEFT, PRESENCE_UPDATE = "session_joined", "session_left", "presence_update"
+PRESENCE_EVENTS = (SESSION_JOINED, SESSION_LEFT, PRESENCE_UPDATE)
+UNDELIVERABLE = "undeliverable"
+
+# Workflow stage nodes and their lifecycle.
+AGENT = "agent"
+NON_AGENT_KINDS = frozenset({"prompt", "tool", "ui"})
+PENDING, RUNNING = "PENDING", "RUNNING"
+TERMINAL_STATES = frozenset({"completed", "failed", "skipped"})
+STAGE_STATES = frozenset({PENDING, RUNNING}) | TERMINAL_STATES
+AUTO_GROUPS = ("true", "auto")                      # a stage's own namespaced subgroup
+
+# One hand-over of a sticky entry to a stage transcript, and what list reports.
+SENT, ACKED = "sent", "acked"
+
+WORKFLOW_OPS = ("register_run", "add_stages", "stage_state", "end_run")
+
+
+def run_group(run_id: str) -> str:
+    """The invocation group of a run."""
+    return WORKFLOW_PREFIX + run_id
+
+
+def run_of_group(group: str) -> tuple[str, bool] | None:
+    """For ``workflow:R`` → (R, False); for a subgroup ``workflow:R/x`` → (R, True);
+    anything else → None."""
+    if not group.startswith(WORKFLOW_PREFIX):
+        return None
+    run_id, slash, _ = group[len(WORKFLOW_PREFIX):].partition("/")
+    return run_id, bool(slash)
+
+
+__all__ = [name for name in dir() if not name.startswith("_")] + ["DEFAULT_GROUP", "WORKFLOW_PREFIX"]
