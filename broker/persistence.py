@@ -1,89 +1,211 @@
-"""The persistence worker: a thread that owns the store's connection.
+"""The persistence worker: a thread that owns the store, and the shell's handle on it.
 
-The IO shell sends it batches over an inproc PAIR socket; the worker drains every
-batch that is waiting, applies them all in one transaction (group commit) and answers
-with the tickets that are now durable. A failed transaction answers with the same
-tickets marked failed, so nothing waits forever and nothing is claimed kept that
-was not.
+The API the IO shell uses (every call from the shell's own thread)::
 
-Frames, both msgpack:
+    worker = PersistenceWorker(ctx, store, broker_id)
+    worker.start(); worker.ready.wait()
+    worker.submit([(ticket_or_None, record), ...])      # one batch per loop round
+    # poll worker.socket for POLLIN while worker.owes > 0, then:
+    for report in worker.reports():                     # never blocks
+        report["done"], report["failed"]                # tickets
+        report["error"]                                 # str | None
+        report["brokers"]                               # int | None
+    worker.stop(release=LeaseReleased(broker_id))       # safe to call twice
 
-* shell → worker: ``[[ticket_or_None, op], ...]`` or ``"stop"``;
-* worker → shell: ``{"done": [tickets], "failed": [tickets], "error": str|None,
-  "brokers": n|None, "frames": n}``; ``brokers`` counts other live brokers after a
-  lease renewal, ``frames`` how many shell frames the report answers (so the shell
-  knows when nothing is outstanding and can stop polling this socket).
+Theory of operation. ``submit`` appends the batch to an inbox deque and sends a 1-byte
+wake frame over an inproc PAIR; the records cross threads by reference, never
+encoded, so the shell's cost per round is one append and one send. The worker drains
+every batch waiting in the inbox, applies them all with one ``store.apply`` (group
+commit: one transaction, one fsync), and sends back one msgpack report naming the
+tickets now durable; after a batch holding a ``LeaseRenewed`` the report also counts
+the other brokers whose lease is live. A failed transaction reports the same tickets
+failed, with the error text, and the worker keeps serving: nothing waits forever and
+nothing is claimed kept that was not.
+
+Threading invariants:
+
+* ``submit``, ``reports``, ``owes``, ``socket`` and ``stop`` belong to the shell's
+  thread (zmq sockets are not thread-safe, ``owes`` is a plain int); the worker thread
+  touches only the inbox (``deque.popleft``, atomic) and its own end of the PAIR;
+* ``commits`` and ``records`` are written by the worker only; the shell reads them
+  for statistics (plain ints, so a read is never torn);
+* from ``start()`` until the thread ends, the worker thread is the only user of the
+  store; before ``start()`` the shell may ``load()`` from it;
+* records handed to ``submit`` are not changed afterwards (they are frozen, and the
+  core builds fresh payload dicts and lists for each);
+* a wake frame is sent after its batch is in the inbox, and the worker looks at the
+  inbox before each wait, so no batch is left behind (a stale wake finds it empty);
+* every batch submitted is covered by exactly one report, and every report covers at
+  least one batch; ``owes`` drops by the batches a report covers, so at 0 nothing is
+  in flight and the shell can stop polling the socket;
+* ``stop`` queues its release behind every batch already submitted, so they are all
+  applied first.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
+import uuid
+from typing import Any
 
 import msgpack
 import zmq
 
-from .store import Store
+from .core.records import LeaseRenewed, Record, Store
 
-WORKER_ENDPOINT = "inproc://intercom-persistence"
+_WAKE = b"\x01"
+_STOP = None                 # in the inbox: the last item, once stop() is called
+_POLLIN = int(zmq.POLLIN)
+_EVENTS = int(zmq.EVENTS)
+_NOBLOCK = int(zmq.NOBLOCK)
+
+Batch = list[tuple[int | None, Record]]
 
 
-class PersistenceWorker(threading.Thread):
-    def __init__(self, ctx: zmq.Context, store: Store, broker_id: str,
-                 endpoint: str = WORKER_ENDPOINT) -> None:
-        super().__init__(name="persistence", daemon=True)
-        self.ctx = ctx
+class PersistenceWorker:
+    """The worker thread and the shell's end of its socket (see the module docstring)."""
+
+    def __init__(self, ctx: zmq.Context, store: Store, broker_id: str) -> None:
         self.store = store
         self.broker_id = broker_id
-        self.endpoint = endpoint
-        self.batches = 0
-        self.ops = 0
-        self.ready = threading.Event()
+        self.ready = threading.Event()     # set once the worker's socket is connected
+        self.owes = 0                      # batches submitted, not yet reported on
+        self.commits = 0                   # transactions committed (worker's count)
+        self.records = 0                   # records in them
+        self._ctx = ctx
+        self._inbox: collections.deque[Batch | None] = collections.deque()
+        # A fresh name: several brokers (tests) may share one context.
+        self._endpoint = f"inproc://intercom-persistence-{uuid.uuid4().hex}"
+        self.socket: zmq.Socket = ctx.socket(zmq.PAIR)
+        self.socket.linger = 0
+        self.socket.bind(self._endpoint)
+        self._thread = threading.Thread(target=self._run, name="persistence", daemon=True)
+        self._stopping = False
+        self._closed = False
 
-    def run(self) -> None:
-        sock = self.ctx.socket(zmq.PAIR)
-        sock.linger = 0
-        sock.connect(self.endpoint)
-        self.ready.set()
+    # -- the shell's side ----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, items: Batch) -> None:
+        """Hand one batch to the worker; its tickets come back in a later report.
+
+        Raises RuntimeError once ``stop`` was called."""
+        if self._stopping:
+            raise RuntimeError("the persistence worker is stopped")
+        self._inbox.append(items)
+        self.owes += 1
+        self._wake()
+
+    def reports(self) -> list[dict[str, Any]]:
+        """Every report waiting on the socket, oldest first; [] when none (never blocks)."""
+        sock = self.socket
+        found = []
+        # EVENTS first: a raised zmq.Again per call costs more than the read itself.
+        while sock.getsockopt(_EVENTS) & _POLLIN:
+            report = msgpack.unpackb(sock.recv(_NOBLOCK), raw=False)
+            self.owes -= report.pop("batches")
+            found.append(report)
+        return found
+
+    def stop(self, release: Record | None = None, timeout: float = 10) -> bool:
+        """Apply ``release`` (after every batch already submitted), end the thread,
+        close the store and this socket. Safe to call twice, and before ``start``.
+
+        True once the store is closed; False when the thread did not finish within
+        ``timeout`` seconds (it still owns the store then, and closes it when done)."""
+        if self._closed:
+            return not self._thread.is_alive()
+        self._stopping = True
+        if self._thread.is_alive():
+            if release is not None:
+                self._inbox.append([(None, release)])
+            self._inbox.append(_STOP)
+            self._wake()
+            self._thread.join(timeout)
+            done = not self._thread.is_alive()
+        else:
+            if self._thread.ident is None:
+                # Never started: the store is this thread's to use and close.
+                if release is not None:
+                    self._apply_release(release)
+                self.store.close()
+            done = True   # a thread that already ended closed the store on its way out
+        self.socket.close(linger=0)
+        self._closed = True
+        return done
+
+    def _wake(self) -> None:
         try:
+            self.socket.send(_WAKE, _NOBLOCK)
+        except zmq.Again:
+            # The pipe is full of wakes the worker has yet to read, or the worker has
+            # not connected yet; either way it looks at the inbox before it next waits.
+            pass
+
+    def _apply_release(self, release: Record) -> None:
+        try:
+            self.store.apply([release])
+        except Exception:
+            pass   # shutting down: the lease simply runs out
+
+    # -- the worker's side ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        sock = self._ctx.socket(zmq.PAIR)
+        sock.linger = 0
+        try:
+            sock.connect(self._endpoint)
+            self.ready.set()
             self._serve(sock)
+        except zmq.ContextTerminated:
+            pass   # the shell tore the context down without stop(): just finish
         finally:
-            sock.close()
+            sock.close(linger=0)
             self.store.close()
 
     def _serve(self, sock: zmq.Socket) -> None:
         while True:
-            frames = [sock.recv()]
-            while True:
-                try:
-                    frames.append(sock.recv(zmq.NOBLOCK))
-                except zmq.Again:
-                    break
-            stop = False
-            items: list = []
-            for frame in frames:
-                value = msgpack.unpackb(frame, raw=False)
-                if value == "stop":
-                    stop = True
-                else:
-                    items.extend(value)
-            if items:
+            items, batches, stopping = self._take()
+            if batches:
                 report = self._commit(items)
-                report["frames"] = len(frames) - stop
+                report["batches"] = batches
                 sock.send(msgpack.packb(report, use_bin_type=True))
-            if stop:
+            if stopping:
                 return
+            sock.recv()                       # wait for a wake, then take every other one
+            while sock.getsockopt(_EVENTS) & _POLLIN:
+                sock.recv(_NOBLOCK)
 
-    def _commit(self, items: list) -> dict:
+    def _take(self) -> tuple[Batch, int, bool]:
+        """Every batch in the inbox, joined: (items, how many batches, stop seen)."""
+        inbox = self._inbox
+        items: Batch = []
+        batches = 0
+        while inbox:
+            batch = inbox.popleft()
+            if batch is _STOP:
+                return items, batches, True
+            items.extend(batch)
+            batches += 1
+        return items, batches, False
+
+    def _commit(self, items: Batch) -> dict[str, Any]:
         tickets = [ticket for ticket, _ in items if ticket is not None]
-        ops = [tuple(op) for _, op in items]
+        records = [record for _, record in items]
         try:
-            self.store.apply(ops)
-        except Exception as exc:  # disk full, corrupt file: tell the shell, keep going
+            self.store.apply(records)
+        except Exception as exc:  # disk full, corrupt file, a bad record: tell the shell
             return {"done": [], "failed": tickets, "error": repr(exc), "brokers": None}
-        self.batches += 1
-        self.ops += len(ops)
-        brokers = None
-        if any(op[0] == "lease" for op in ops):
-            brokers = self.store.live_brokers(time.time(), exclude=self.broker_id)
-        return {"done": tickets, "failed": [], "error": None, "brokers": brokers}
+        self.commits += 1
+        self.records += len(records)
+        report: dict[str, Any] = {"done": tickets, "failed": [], "error": None, "brokers": None}
+        if any(type(record) is LeaseRenewed for record in records):
+            try:
+                report["brokers"] = self.store.live_brokers(time.time(), exclude=self.broker_id)
+            except Exception as exc:  # the batch is durable all the same
+                report["error"] = f"counting live brokers: {exc!r}"
+        return report

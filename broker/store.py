@@ -1,23 +1,44 @@
-"""The SQLite store (apsw, WAL): every table the broker keeps, behind one class.
+"""The SQLite store (apsw, WAL): every table the broker keeps, behind :class:`SqliteStore`.
 
-Writes arrive as ops, tuples whose first item names the operation; :meth:`Store.apply`
-runs a whole batch of them in one transaction (group commit), so one fsync covers
-every op in the batch. Reads happen at startup, before the persistence worker takes
-the connection over.
+It implements :class:`broker.core.records.Store` with the semantics of the reference
+:class:`broker.memory_store.MemoryStore` (the contract tests hold the two together).
+
+Invariants:
+
+* :meth:`SqliteStore.apply` runs a whole batch of typed records in one transaction
+  (group commit): one fsync covers the batch, and a failing record rolls all of it
+  back. Each record type has one writer, looked up in one table; SQL parameters are
+  bound by field name, never by position;
+* rows are read by column name only (:func:`_rows` yields every row as a dict), so a
+  column order is nobody's contract; columns carry the record field names, and the
+  two that predate the records are renamed in the query (``updated_at AS at``);
+* payloads (run records, attachments, answered-to lists) are msgpack blobs;
+* the schema is versioned in ``meta``: a new file gets :data:`SCHEMA_VERSION`, an
+  older one is migrated in place, in one transaction, by the steps in
+  :data:`_MIGRATIONS`; a newer one is refused (:class:`SchemaError`).
+
+One thread uses a store at a time: the shell reads the snapshot at start, then the
+persistence worker owns the connection until it closes it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Callable
-
+import dataclasses
 import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
 
 import apsw
 import msgpack
 
-SCHEMA_VERSION = 1
-IDENTITY_KEEP_S = 30 * 24 * 3600   # who held an id is remembered for 30 days
+from .core.records import (RECORD_TYPES, IdentitySaved, LeaseReleased, LeaseRenewed, Record,
+                           RunEnded, RunSaved, Snapshot, StickyAnswered, StickyDelivery,
+                           StickyDropped, StickyRow, StickySaved)
+from .memory_store import IDENTITY_KEEP_S, IDENTITY_LIMIT, writer_for
+
+SCHEMA_VERSION = 2
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+BUSY_TIMEOUT_MS = 5000   # another broker on the same file commits in far less
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -40,9 +61,12 @@ CREATE TABLE IF NOT EXISTS sticky (
     sender_name TEXT NOT NULL,
     message_id TEXT NOT NULL,
     message TEXT NOT NULL,
-    attachments BLOB NOT NULL,
+    attachments BLOB NOT NULL,         -- msgpack list
     sent_at REAL NOT NULL,
-    ack INTEGER NOT NULL
+    ack INTEGER NOT NULL,
+    position INTEGER,                  -- FIFO position when queued (1-based)
+    not_in_known_set INTEGER NOT NULL DEFAULT 0,
+    delivered_to BLOB                  -- msgpack list of stage names; NULL: none recorded
 );
 CREATE INDEX IF NOT EXISTS sticky_run ON sticky (run_id);
 CREATE TABLE IF NOT EXISTS sticky_delivery (
@@ -62,108 +86,253 @@ CREATE TABLE IF NOT EXISTS session_identity (
 );
 """
 
+# Step from the keyed version to the next one. Version 1 kept no position, known-set
+# flag or answer; an old entry's position is its rank among the entries still queued
+# for the same (run, target), which is what the version-1 broker reported.
+_MIGRATIONS: dict[int, str] = {
+    1: """
+ALTER TABLE sticky ADD COLUMN position INTEGER;
+ALTER TABLE sticky ADD COLUMN not_in_known_set INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sticky ADD COLUMN delivered_to BLOB;
+UPDATE sticky SET position = ranked.rank FROM (
+    SELECT seq, row_number() OVER (PARTITION BY run_id, target ORDER BY seq) AS rank
+    FROM sticky) AS ranked
+WHERE sticky.seq = ranked.seq;
+""",
+}
+assert set(_MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
-class Store:
-    """One apsw connection and the ops it understands."""
+# -- writes, one per record type; parameters named after the record's fields -----------
 
-    def __init__(self, path: str | Path, synchronous: str = "FULL") -> None:
+_UPSERT_IDENTITY = """
+INSERT INTO session_identity (session_id, atomic_session_id, token_hash, name, updated_at)
+VALUES (:session_id, :atomic_session_id, :token_hash, :name, :at)
+ON CONFLICT (session_id) DO UPDATE SET atomic_session_id = excluded.atomic_session_id,
+    token_hash = excluded.token_hash, name = excluded.name, updated_at = excluded.updated_at
+"""
+_UPSERT_LEASE = """
+INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until)
+VALUES (:broker_id, :pid, :endpoint, :started_at, :until)
+ON CONFLICT (broker_id) DO UPDATE SET lease_until = excluded.lease_until
+"""
+_DELETE_LEASE = "DELETE FROM brokers WHERE broker_id = :broker_id"
+_UPSERT_RUN = """
+INSERT INTO runs (run_id, record) VALUES (:run_id, :record)
+ON CONFLICT (run_id) DO UPDATE SET record = excluded.record
+"""
+_DELETE_RUN = """
+DELETE FROM sticky_delivery WHERE seq IN (SELECT seq FROM sticky WHERE run_id = :run_id);
+DELETE FROM sticky WHERE run_id = :run_id;
+DELETE FROM runs WHERE run_id = :run_id;
+"""
+_INSERT_STICKY = """
+INSERT INTO sticky (seq, run_id, target, sender_id, sender_name, message_id, message,
+                    attachments, sent_at, ack, position, not_in_known_set)
+VALUES (:seq, :run_id, :target, :sender_id, :sender_name, :message_id, :message,
+        :attachments, :sent_at, :ack, :position, :not_in_known_set)
+"""
+_ANSWER_STICKY = "UPDATE sticky SET delivered_to = :delivered_to WHERE seq = :seq"
+_UPSERT_DELIVERY = """
+INSERT INTO sticky_delivery (seq, stage, transcript, state, at)
+VALUES (:seq, :stage, :transcript, :state, :at)
+ON CONFLICT (seq, stage, transcript) DO UPDATE SET state = excluded.state, at = excluded.at
+"""
+_DELETE_STICKY = """
+DELETE FROM sticky_delivery WHERE seq = :seq;
+DELETE FROM sticky WHERE seq = :seq;
+"""
+
+# -- reads, columns named as the record fields they fill --------------------------------
+
+_META_TABLE = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+_PRUNE_IDENTITIES = "DELETE FROM session_identity WHERE updated_at < :cutoff"
+_SELECT_IDENTITIES = """
+SELECT session_id, atomic_session_id, token_hash, name, updated_at AS at
+FROM session_identity ORDER BY updated_at DESC, session_id DESC LIMIT :limit
+"""
+_SELECT_RUNS = "SELECT run_id, record FROM runs ORDER BY rowid"
+_SELECT_STICKY = """
+SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments,
+       sent_at, ack, position, not_in_known_set, delivered_to
+FROM sticky ORDER BY seq
+"""
+_SELECT_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
+_COUNT_LIVE = """
+SELECT count(*) AS live FROM brokers WHERE lease_until > :now AND broker_id IS NOT :exclude
+"""
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in RECORD_TYPES.values()}
+
+
+class SchemaError(Exception):
+    """The file was written by a newer broker; the message says which versions."""
+
+
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def _unpack(blob: bytes) -> Any:
+    return msgpack.unpackb(blob, raw=False)
+
+
+def _params(record: Record, /, **encoded: Any) -> dict[str, Any]:
+    """The record's fields by name (attribute access: ``asdict`` would deep-copy every
+    run tree), with ``encoded`` replacing the fields stored as blobs."""
+    params = {name: getattr(record, name) for name in _FIELD_NAMES[type(record)]}
+    params.update(encoded)
+    return params
+
+
+def _rows(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = None
+          ) -> Iterator[dict[str, Any]]:
+    """The rows of one query as dicts keyed by column name.
+
+    The names are read once per query: a row factory asking for them on every row
+    costs more than the rest of the load."""
+    cursor = conn.execute(sql, params)
+    try:
+        names = [name for name, _ in cursor.getdescription()]
+    except apsw.ExecutionCompleteError:   # the query finished at once: no rows
+        return
+    for row in cursor:
+        yield dict(zip(names, row))
+
+
+def _sticky_row(row: dict[str, Any]) -> StickyRow:
+    answered = row.pop("delivered_to")
+    entry = StickySaved(**{**row, "attachments": _unpack(row["attachments"]),
+                           "ack": bool(row["ack"]),
+                           "not_in_known_set": bool(row["not_in_known_set"])})
+    return StickyRow(entry, [] if answered is None else _unpack(answered))
+
+
+class SqliteStore:
+    """One apsw connection and a writer per record type."""
+
+    def __init__(self, path: str | Path, synchronous: str = "FULL", *,
+                 identity_limit: int = IDENTITY_LIMIT) -> None:
+        """Open (creating or migrating) the file at ``path``.
+
+        Raises ValueError for an unknown ``synchronous`` mode, SchemaError for a file
+        from a newer broker, apsw errors for a file SQLite cannot use."""
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
         self.path = str(path)
+        self.identity_limit = identity_limit
         self.conn = apsw.Connection(self.path)
-        self.conn.setbusytimeout(5000)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute(f"PRAGMA synchronous={synchronous}")
-        with self.conn:
-            self.conn.execute(_SCHEMA)
-            self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                              (str(SCHEMA_VERSION),))
-        self._ops: dict[str, Callable[..., Any]] = {
-            "identity": self._identity,
-            "lease": self._lease,
-            "release": self._release,
-            "run": self._run,
-            "run_end": self._run_end,
-            "sticky": self._sticky,
-            "sticky_delivery": self._sticky_delivery,
-            "sticky_drop": self._sticky_drop,
+        try:
+            self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            self._prepare_schema()
+        except BaseException:
+            self.conn.close()
+            raise
+        self._writers: dict[type, Callable[[Any], None]] = {
+            IdentitySaved: self._identity,
+            LeaseRenewed: self._lease,
+            LeaseReleased: self._release,
+            RunSaved: self._run,
+            RunEnded: self._run_end,
+            StickySaved: self._sticky,
+            StickyAnswered: self._answered,
+            StickyDelivery: self._delivery,
+            StickyDropped: self._drop,
         }
 
-    def apply(self, ops: list[tuple]) -> None:
-        """Apply ``ops`` in one transaction: all of them become durable, or none."""
+    def _prepare_schema(self) -> None:
+        # IMMEDIATE: two brokers opening one file at once take turns instead of both
+        # reading version 1 and both migrating.
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = self._schema_version()
+            if version is None:
+                conn.execute(_SCHEMA)
+            elif version > SCHEMA_VERSION:
+                raise SchemaError(f"{self.path} has schema version {version}; this broker "
+                                  f"knows versions up to {SCHEMA_VERSION}")
+            else:
+                for step in range(version, SCHEMA_VERSION):
+                    conn.execute(_MIGRATIONS[step])
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', :v) "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                         {"v": str(SCHEMA_VERSION)})
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _schema_version(self) -> int | None:
+        """The file's version, None for a file with no tables yet."""
+        if not list(_rows(self.conn, _META_TABLE)):
+            return None
+        row = next(_rows(self.conn, "SELECT value FROM meta WHERE key = 'schema_version'"), None)
+        return None if row is None else int(row["value"])
+
+    # -- the Store interface -------------------------------------------------------------
+
+    def apply(self, records: Sequence[Record]) -> None:
+        """Apply ``records`` in order in one transaction: all become durable, or none.
+
+        Raises TypeError for a value that is not a record or a payload msgpack cannot
+        encode, apsw.ConstraintError for a sticky seq already stored, other apsw errors
+        (disk full, busy past the timeout) as SQLite reports them."""
         with self.conn:
-            for op in ops:
-                self._ops[op[0]](*op[1:])
+            for record in records:
+                writer_for(record, self._writers)(record)
+
+    def load(self) -> Snapshot:
+        """The committed state, oldest first; forgets identities past the keep window."""
+        conn = self.conn
+        with conn:   # one transaction: a consistent picture while other brokers write
+            conn.execute(_PRUNE_IDENTITIES, {"cutoff": time.time() - IDENTITY_KEEP_S})
+            identities = [IdentitySaved(**row) for row in
+                          _rows(conn, _SELECT_IDENTITIES, {"limit": max(self.identity_limit, 0)})]
+            identities.reverse()
+            runs = [RunSaved(row["run_id"], _unpack(row["record"]))
+                    for row in _rows(conn, _SELECT_RUNS)]
+            sticky = [_sticky_row(row) for row in _rows(conn, _SELECT_STICKY)]
+            deliveries = [StickyDelivery(**row) for row in _rows(conn, _SELECT_DELIVERIES)]
+        return Snapshot(identities=identities, runs=runs, sticky=sticky, deliveries=deliveries)
+
+    def live_brokers(self, now: float, exclude: str | None = None) -> int:
+        (row,) = _rows(self.conn, _COUNT_LIVE, {"now": now, "exclude": exclude})
+        return row["live"]
 
     def close(self) -> None:
         self.conn.close()
 
-    # -- reads ---------------------------------------------------------------------
+    # -- writers -------------------------------------------------------------------------
 
-    def identities(self, keep_s: float = IDENTITY_KEEP_S, limit: int = 200_000) -> list[tuple[str, str | None, str]]:
-        """Recent identity records, oldest first; records older than ``keep_s`` are deleted."""
-        with self.conn:
-            self.conn.execute("DELETE FROM session_identity WHERE updated_at < ?",
-                              (time.time() - keep_s,))
-        rows = list(self.conn.execute(
-            "SELECT session_id, atomic_session_id, token_hash FROM session_identity "
-            "ORDER BY updated_at DESC LIMIT ?", (limit,)))
-        return rows[::-1]
+    def _identity(self, record: IdentitySaved) -> None:
+        self.conn.execute(_UPSERT_IDENTITY, _params(record))
 
-    def runs(self) -> list[dict]:
-        return [msgpack.unpackb(blob, raw=False) for (blob,) in
-                self.conn.execute("SELECT record FROM runs ORDER BY rowid")]
+    def _lease(self, record: LeaseRenewed) -> None:
+        self.conn.execute(_UPSERT_LEASE, _params(record))
 
-    def sticky_entries(self) -> list[tuple]:
-        return [(*row[:7], msgpack.unpackb(row[7], raw=False), *row[8:]) for row in self.conn.execute(
-            "SELECT seq, run_id, target, sender_id, sender_name, message_id, message, "
-            "attachments, sent_at, ack FROM sticky ORDER BY seq")]
+    def _release(self, record: LeaseReleased) -> None:
+        self.conn.execute(_DELETE_LEASE, _params(record))
 
-    def sticky_deliveries(self) -> list[tuple]:
-        return list(self.conn.execute("SELECT seq, stage, transcript, state FROM sticky_delivery"))
+    def _run(self, record: RunSaved) -> None:
+        self.conn.execute(_UPSERT_RUN, _params(record, record=_pack(record.record)))
 
-    def live_brokers(self, now: float, exclude: str | None = None) -> int:
-        (count,), = self.conn.execute(
-            "SELECT count(*) FROM brokers WHERE lease_until > ? AND broker_id IS NOT ?",
-            (now, exclude))
-        return count
+    def _run_end(self, record: RunEnded) -> None:
+        self.conn.execute(_DELETE_RUN, _params(record))
 
-    # -- ops -----------------------------------------------------------------------
+    def _sticky(self, record: StickySaved) -> None:
+        self.conn.execute(_INSERT_STICKY, _params(record, attachments=_pack(record.attachments)))
 
-    def _identity(self, session_id: str, atomic: str | None, token_hash: str, name: str,
-                  now: float) -> None:
-        self.conn.execute(
-            "INSERT INTO session_identity VALUES (?, ?, ?, ?, ?) ON CONFLICT(session_id) DO "
-            "UPDATE SET atomic_session_id=excluded.atomic_session_id, "
-            "token_hash=excluded.token_hash, name=excluded.name, updated_at=excluded.updated_at",
-            (session_id, atomic, token_hash, name, now))
+    def _answered(self, record: StickyAnswered) -> None:
+        self.conn.execute(_ANSWER_STICKY, _params(record, delivered_to=_pack(record.delivered_to)))
 
-    def _lease(self, broker_id: str, pid: int, endpoint: str, now: float, until: float) -> None:
-        self.conn.execute(
-            "INSERT INTO brokers VALUES (?, ?, ?, ?, ?) ON CONFLICT(broker_id) DO "
-            "UPDATE SET lease_until=excluded.lease_until", (broker_id, pid, endpoint, now, until))
+    def _delivery(self, record: StickyDelivery) -> None:
+        self.conn.execute(_UPSERT_DELIVERY, _params(record))
 
-    def _run(self, run_id: str, record: dict) -> None:
-        self.conn.execute("INSERT INTO runs VALUES (?, ?) ON CONFLICT(run_id) DO UPDATE SET "
-                          "record=excluded.record", (run_id, msgpack.packb(record, use_bin_type=True)))
+    def _drop(self, record: StickyDropped) -> None:
+        self.conn.execute(_DELETE_STICKY, _params(record))
 
-    def _run_end(self, run_id: str) -> None:
-        self.conn.execute("DELETE FROM sticky_delivery WHERE seq IN (SELECT seq FROM sticky WHERE run_id = ?)",
-                          (run_id,))
-        self.conn.execute("DELETE FROM sticky WHERE run_id = ?", (run_id,))
-        self.conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
 
-    def _sticky(self, seq: int, run_id: str, target: str, sender_id: str, sender_name: str,
-                message_id: str, message: str, attachments: list, sent_at: float, ack: bool) -> None:
-        self.conn.execute("INSERT INTO sticky VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                          (seq, run_id, target, sender_id, sender_name, message_id, message,
-                           msgpack.packb(attachments, use_bin_type=True), sent_at, int(ack)))
-
-    def _sticky_delivery(self, seq: int, stage: str, transcript: str, state: str, at: float) -> None:
-        self.conn.execute("INSERT INTO sticky_delivery VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE "
-                          "SET state=excluded.state, at=excluded.at", (seq, stage, transcript, state, at))
-
-    def _sticky_drop(self, seq: int) -> None:
-        self.conn.execute("DELETE FROM sticky_delivery WHERE seq = ?", (seq,))
-        self.conn.execute("DELETE FROM sticky WHERE seq = ?", (seq,))
-
-    def _release(self, broker_id: str) -> None:
-        self.conn.execute("DELETE FROM brokers WHERE broker_id = ?", (broker_id,))
+Store = SqliteStore   # the name older imports use

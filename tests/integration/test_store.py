@@ -1,50 +1,208 @@
-"""The SQLite store on a real file: group commit, reads after reopen, pruning."""
+"""The SQLite store and its persistence worker on a real file and real inproc sockets.
+
+Waiting rule: nothing sleeps; :func:`wait_reports` polls the worker's socket with a
+deadline until the worker owes nothing.
+"""
+
+from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
-from broker.store import Store
+import apsw
+import pytest
+import zmq
+
+from broker.core.records import (LeaseReleased, LeaseRenewed, RunSaved, StickyDelivery,
+                                 StickyRow, StickySaved)
+from broker.persistence import PersistenceWorker
+from broker.store import SqliteStore
+
+NOW = time.time()
+ME = "broker-me"
 
 
-def test_a_batch_commits_as_one_and_survives_reopen(tmp_path):
-    path = tmp_path / "bus.db"
-    store = Store(path)
-    store.apply([("run", "r1", {"runId": "r1", "stages": []}),
-                 ("sticky", 1, "r1", "workflow:r1/a", "s", "sender", "m1", "hello", [], 1.0, True),
-                 ("sticky_delivery", 1, "a", "t1", "sent", 2.0)])
+def entry(seq: int, **fields) -> StickySaved:
+    values = dict(seq=seq, run_id="r1", target="workflow:r1/a", sender_id="s-1",
+                  sender_name="sender", message_id=f"m{seq}", message="hello", attachments=[],
+                  sent_at=NOW, ack=True, position=seq, not_in_known_set=False)
+    values.update(fields)
+    return StickySaved(**values)
+
+
+def lease(broker_id: str, until: float) -> LeaseRenewed:
+    return LeaseRenewed(broker_id, 4242, f"ipc:///tmp/{broker_id}.sock", NOW, until)
+
+
+def wait_reports(worker: PersistenceWorker, timeout: float = 10.0) -> list[dict]:
+    """Every report until the worker owes nothing; fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    reports: list[dict] = []
+    while worker.owes:
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"the worker still owes {worker.owes} batches after {timeout:g} s"
+        if worker.socket.poll(int(remaining * 1000) + 1, zmq.POLLIN):
+            reports += worker.reports()
+    return reports
+
+
+@pytest.fixture
+def db(tmp_path):
+    return tmp_path / "bus.db"
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.term()   # every worker is stopped by then (see start_worker)
+
+
+@pytest.fixture
+def start_worker(ctx, db):
+    """Start a worker on the test's file; every one is stopped at teardown."""
+    workers: list[PersistenceWorker] = []
+
+    def _start(*, before_start: list | None = None, started: bool = True) -> PersistenceWorker:
+        worker = PersistenceWorker(ctx, SqliteStore(db), ME)
+        workers.append(worker)
+        for batch in before_start or []:
+            worker.submit(batch)
+        if started:
+            worker.start()
+            assert worker.ready.wait(10), "the worker never connected"
+        return worker
+
+    yield _start
+    for worker in workers:
+        assert worker.stop(timeout=10), "a worker did not stop"
+
+
+def reopen(db) -> SqliteStore:
+    return SqliteStore(db)
+
+
+# -- the store on a file -----------------------------------------------------------------
+
+def test_a_batch_commits_as_one_and_survives_reopen(db):
+    store = SqliteStore(db)
+    store.apply([RunSaved("r1", {"runId": "r1", "stages": []}), entry(1),
+                 StickyDelivery(1, "a", "t1", "sent", NOW)])
     store.close()
-    again = Store(path)
-    assert again.runs() == [{"runId": "r1", "stages": []}]
-    assert again.sticky_entries() == [(1, "r1", "workflow:r1/a", "s", "sender", "m1", "hello", [], 1.0, 1)]
-    assert again.sticky_deliveries() == [(1, "a", "t1", "sent")]
-    again.close()
+    snapshot = reopen(db).load()
+    assert snapshot.runs == [RunSaved("r1", {"runId": "r1", "stages": []})]
+    assert snapshot.sticky == [StickyRow(entry(1), [])]
+    assert snapshot.deliveries == [StickyDelivery(1, "a", "t1", "sent", NOW)]
 
 
-def test_a_failing_op_rolls_back_the_whole_batch(tmp_path):
-    store = Store(tmp_path / "bus.db")
-    row = ("sticky", 1, "r1", "workflow:r1/a", "s", "sender", "m1", "hello", [], 1.0, True)
-    store.apply([row])
-    try:
-        store.apply([("run", "r2", {"runId": "r2"}), row])   # duplicate seq: the batch fails
-    except Exception:
-        pass
-    assert store.runs() == []
+def test_a_failing_record_leaves_nothing_of_its_batch_on_disk(db):
+    store = SqliteStore(db)
+    store.apply([entry(1)])
+    with pytest.raises(apsw.ConstraintError):
+        store.apply([RunSaved("r2", {"runId": "r2"}), entry(1)])   # seq 1 again
+    store.close()
+    snapshot = reopen(db).load()
+    assert (snapshot.runs, [row.entry.seq for row in snapshot.sticky]) == ([], [1])
+
+
+def test_the_file_is_opened_in_wal_mode_with_the_synchronous_mode_asked_for(db):
+    store = SqliteStore(db, synchronous="NORMAL")
+    ((mode,),) = store.conn.execute("PRAGMA journal_mode")
+    ((synchronous,),) = store.conn.execute("PRAGMA synchronous")
+    store.close()
+    assert (mode, synchronous) == ("wal", 1)   # NORMAL is 1
+
+
+def test_two_stores_on_one_file_see_each_others_leases(db):
+    first, second = SqliteStore(db), SqliteStore(db)
+    first.apply([lease("one", NOW + 30)])
+    second.apply([lease("two", NOW + 30)])
+    counts = (first.live_brokers(NOW, exclude="one"), second.live_brokers(NOW, exclude="two"))
+    first.close()
+    second.close()
+    assert counts == (1, 1)
+
+
+# -- the worker --------------------------------------------------------------------------
+
+def test_the_worker_reports_submitted_tickets_done_and_they_survive_reopen(start_worker, db):
+    worker = start_worker()
+    worker.submit([(1, RunSaved("r1", {"runId": "r1"})), (None, entry(1)),
+                   (2, StickyDelivery(1, "a", "t1", "sent", NOW))])
+    reports = wait_reports(worker)
+    assert worker.stop()
+    assert reports == [{"done": [1, 2], "failed": [], "error": None, "brokers": None}]
+    snapshot = reopen(db).load()
+    assert (snapshot.runs, snapshot.sticky) == ([RunSaved("r1", {"runId": "r1"})], [StickyRow(entry(1), [])])
+
+
+def test_batches_waiting_together_are_committed_in_one_transaction(start_worker):
+    worker = start_worker(before_start=[[(1, RunSaved("r1", {}))], [(2, RunSaved("r2", {}))],
+                                        [(3, RunSaved("r3", {}))]])
+    reports = wait_reports(worker)
+    assert reports == [{"done": [1, 2, 3], "failed": [], "error": None, "brokers": None}]
+    assert (worker.commits, worker.records) == (1, 3)
+
+
+def test_a_failed_batch_is_reported_failed_with_the_error(start_worker):
+    worker = start_worker()
+    worker.submit([(1, entry(1))])
+    wait_reports(worker)
+    worker.submit([(2, RunSaved("r2", {})), (3, entry(1))])   # seq 1 again: the batch fails
+    (report,) = wait_reports(worker)
+    assert (report["done"], report["failed"], report["brokers"]) == ([], [2, 3], None)
+    assert "ConstraintError" in report["error"]
+
+
+def test_the_worker_keeps_serving_after_a_failed_batch(start_worker, db):
+    worker = start_worker()
+    worker.submit([(1, entry(1)), (2, entry(1))])
+    wait_reports(worker)
+    worker.submit([(3, RunSaved("r3", {}))])
+    assert wait_reports(worker) == [{"done": [3], "failed": [], "error": None, "brokers": None}]
+    assert worker.stop()
+    snapshot = reopen(db).load()
+    assert (snapshot.runs, snapshot.sticky) == ([RunSaved("r3", {})], [])
+
+
+def test_a_lease_renewal_reports_how_many_other_brokers_are_live(start_worker, db):
+    neighbours = SqliteStore(db)
+    neighbours.apply([lease("other", NOW + 600), lease("expired", NOW - 1)])
+    neighbours.close()
+    worker = start_worker()
+    worker.submit([(None, lease(ME, time.time() + 30))])
+    assert [report["brokers"] for report in wait_reports(worker)] == [1]
+
+
+def test_stop_applies_the_release_after_every_batch_already_submitted(start_worker, db):
+    worker = start_worker()
+    worker.submit([(None, lease(ME, NOW + 600))])
+    worker.submit([(1, RunSaved("r1", {}))])
+    assert worker.stop(release=LeaseReleased(ME))
+    store = reopen(db)
+    assert (store.load().runs, store.live_brokers(NOW)) == ([RunSaved("r1", {})], 0)
     store.close()
 
 
-def test_identity_records_older_than_the_keep_window_are_pruned(tmp_path):
-    store = Store(tmp_path / "bus.db")
-    now = time.time()
-    store.apply([("identity", "old", None, "h1", "a", now - 40 * 86400),
-                 ("identity", "new", "atomic", "h2", "b", now)])
-    assert store.identities() == [("new", "atomic", "h2")]
+def test_stop_is_safe_to_call_twice(start_worker):
+    worker = start_worker()
+    assert worker.stop()
+    assert worker.stop()
+
+
+def test_stop_before_start_applies_the_release_and_closes_the_store(start_worker, db):
+    seed = SqliteStore(db)
+    seed.apply([lease(ME, NOW + 600)])
+    seed.close()
+    worker = start_worker(started=False)
+    assert worker.stop(release=LeaseReleased(ME))
+    store = reopen(db)
+    assert store.live_brokers(NOW) == 0
     store.close()
 
 
-def test_run_end_removes_its_entries_and_deliveries(tmp_path):
-    store = Store(tmp_path / "bus.db")
-    store.apply([("run", "r1", {"runId": "r1"}),
-                 ("sticky", 1, "r1", "workflow:r1/a", "s", "sender", "m1", "x", [], 1.0, False),
-                 ("sticky_delivery", 1, "a", "t", "acked", 2.0),
-                 ("run_end", "r1")])
-    assert (store.runs(), store.sticky_entries(), store.sticky_deliveries()) == ([], [], [])
-    store.close()
+def test_submit_after_stop_is_refused(start_worker):
+    worker = start_worker()
+    worker.stop()
+    with pytest.raises(RuntimeError, match="stopped"):
+        worker.submit([(1, RunSaved("r1", {}))])

@@ -1,0 +1,180 @@
+"""The in-memory store: the reference semantics of :class:`broker.core.records.Store`.
+
+Plain dicts, one per table, for core tests and as the definition the SQLite store is
+tested against (``tests/unit/test_store_contract.py`` feeds both the same records and
+compares the snapshots). The retention rules both stores apply at :meth:`load` are
+defined here, once.
+
+Semantics (the SQLite store keeps the same ones):
+
+* ``apply`` is all-or-nothing: the batch is applied in order to copies of the tables,
+  which replace the live ones only when every record went in;
+* ``IdentitySaved`` upserts by session id; ``LeaseRenewed`` upserts by broker id but
+  keeps the first ``started_at``, ``pid`` and ``endpoint``; ``LeaseReleased`` deletes;
+* ``RunSaved`` upserts by run id (a run keeps its place in load order);
+  ``RunEnded`` deletes the run, its sticky entries and their deliveries;
+* ``StickySaved`` inserts, and a seq already stored fails the batch;
+  ``StickyAnswered`` sets the entry's answered-to list (no entry: nothing happens);
+  ``StickyDelivery`` upserts by (seq, stage, transcript) and keeps its place;
+  ``StickyDropped`` deletes one entry and its deliveries;
+* payloads (run records, attachments, answered-to lists) are kept as a msgpack round
+  trip of what was given: a value the SQLite store could not encode fails here too,
+  and a caller changing its dict afterwards changes nothing stored;
+* ``load`` forgets identities older than :data:`IDENTITY_KEEP_S` and returns at most
+  the newest ``identity_limit`` of the rest; every list is oldest first (identities by
+  time, runs and deliveries by first save, entries by seq).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import msgpack
+
+from .core.records import (IdentitySaved, LeaseReleased, LeaseRenewed, Record, RunEnded,
+                           RunSaved, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
+                           StickyRow, StickySaved)
+
+IDENTITY_KEEP_S = 30 * 24 * 3600   # who held an id is remembered for 30 days
+IDENTITY_LIMIT = 200_000           # newest identities restored at start, at most
+
+
+def copy_payload(value: Any) -> Any:
+    """``value`` as a store gives it back: through msgpack, as the SQLite blobs go.
+
+    Raises TypeError for a value msgpack cannot encode."""
+    return msgpack.unpackb(msgpack.packb(value, use_bin_type=True), raw=False)
+
+
+@dataclass(slots=True)
+class _Tables:
+    identities: dict[str, IdentitySaved] = field(default_factory=dict)
+    leases: dict[str, LeaseRenewed] = field(default_factory=dict)
+    runs: dict[str, RunSaved] = field(default_factory=dict)
+    sticky: dict[int, StickySaved] = field(default_factory=dict)
+    answered: dict[int, list[str]] = field(default_factory=dict)
+    deliveries: dict[tuple[int, str, str], StickyDelivery] = field(default_factory=dict)
+
+    def copy(self) -> _Tables:
+        # Shallow is enough: every value is a frozen record or a list no one else holds.
+        return _Tables(*(dict(getattr(self, f.name)) for f in dataclasses.fields(self)))
+
+    def forget_entry(self, seq: int) -> None:
+        """Delete an entry and its deliveries (deliveries may exist without the entry)."""
+        self.sticky.pop(seq, None)
+        self.answered.pop(seq, None)
+        for key in [key for key in self.deliveries if key[0] == seq]:
+            del self.deliveries[key]
+
+
+def _identity(tables: _Tables, record: IdentitySaved) -> None:
+    tables.identities[record.session_id] = record
+
+
+def _lease(tables: _Tables, record: LeaseRenewed) -> None:
+    held = tables.leases.get(record.broker_id)
+    tables.leases[record.broker_id] = record if held is None else dataclasses.replace(held, until=record.until)
+
+
+def _release(tables: _Tables, record: LeaseReleased) -> None:
+    tables.leases.pop(record.broker_id, None)
+
+
+def _run(tables: _Tables, record: RunSaved) -> None:
+    tables.runs[record.run_id] = RunSaved(record.run_id, copy_payload(record.record))
+
+
+def _run_end(tables: _Tables, record: RunEnded) -> None:
+    for seq in [seq for seq, entry in tables.sticky.items() if entry.run_id == record.run_id]:
+        tables.forget_entry(seq)
+    tables.runs.pop(record.run_id, None)
+
+
+def _sticky(tables: _Tables, record: StickySaved) -> None:
+    if record.seq in tables.sticky:
+        raise ValueError(f"sticky entry {record.seq} is already stored")
+    tables.sticky[record.seq] = dataclasses.replace(record, attachments=copy_payload(record.attachments))
+
+
+def _answered(tables: _Tables, record: StickyAnswered) -> None:
+    delivered_to = copy_payload(record.delivered_to)   # encoded even when no entry, as in SQL
+    if record.seq in tables.sticky:
+        tables.answered[record.seq] = delivered_to
+
+
+def _delivery(tables: _Tables, record: StickyDelivery) -> None:
+    tables.deliveries[(record.seq, record.stage, record.transcript)] = record
+
+
+def _drop(tables: _Tables, record: StickyDropped) -> None:
+    tables.forget_entry(record.seq)
+
+
+_WRITERS: dict[type, Callable[[_Tables, Any], None]] = {
+    IdentitySaved: _identity,
+    LeaseRenewed: _lease,
+    LeaseReleased: _release,
+    RunSaved: _run,
+    RunEnded: _run_end,
+    StickySaved: _sticky,
+    StickyAnswered: _answered,
+    StickyDelivery: _delivery,
+    StickyDropped: _drop,
+}
+
+
+def writer_for(record: Record, writers: dict[type, Callable]) -> Callable:
+    """The writer for ``record``'s type. Raises TypeError for anything not a record."""
+    try:
+        return writers[type(record)]
+    except KeyError:
+        raise TypeError(f"not a store record: {type(record).__name__}") from None
+
+
+class MemoryStore:
+    """Every table in dicts; see the module docstring for the semantics."""
+
+    def __init__(self, *, identity_limit: int = IDENTITY_LIMIT) -> None:
+        self.identity_limit = identity_limit
+        self._tables = _Tables()
+        self._closed = False
+
+    def apply(self, records: Sequence[Record]) -> None:
+        """Apply ``records`` in order, all or none. Raises TypeError for a value that
+        is not a record or not encodable, ValueError for a sticky seq already stored."""
+        self._check_open()
+        staged = self._tables.copy()
+        for record in records:
+            writer_for(record, _WRITERS)(staged, record)
+        self._tables = staged
+
+    def load(self) -> Snapshot:
+        self._check_open()
+        tables = self._tables
+        cutoff = time.time() - IDENTITY_KEEP_S
+        for sid in [sid for sid, ident in tables.identities.items() if ident.at < cutoff]:
+            del tables.identities[sid]
+        identities = sorted(tables.identities.values(), key=lambda i: (i.at, i.session_id))
+        recent = identities[-self.identity_limit:] if self.identity_limit > 0 else []
+        return Snapshot(
+            identities=recent,
+            runs=[RunSaved(r.run_id, copy_payload(r.record)) for r in tables.runs.values()],
+            sticky=[StickyRow(dataclasses.replace(e, attachments=copy_payload(e.attachments)),
+                              list(tables.answered.get(seq, [])))
+                    for seq, e in sorted(tables.sticky.items())],
+            deliveries=list(tables.deliveries.values()))
+
+    def live_brokers(self, now: float, exclude: str | None = None) -> int:
+        self._check_open()
+        return sum(1 for lease in self._tables.leases.values()
+                   if lease.until > now and lease.broker_id != exclude)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the store is closed")
