@@ -18,18 +18,19 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgpack
 import zmq
 from zmq.backend import zmq_poll
 
+from schemas.envelopes import error_result
 from schemas.errors import BusError
 from schemas.limits import LEASE_RENEW_S, LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
-from schemas.protocol import envelope, new_packer, pack, pack_frames, unpack_frame
+from schemas.protocol import new_packer, pack_frames, unpack_frame
 
-from .core import Engine, IdentityRecord, Limits, Persist, Publish, Send
+from .core import Engine, Limits, Persist, Publish, Send
+from .core.records import LeaseReleased, LeaseRenewed
 from .logs import get_logger
-from .persistence import WORKER_ENDPOINT, PersistenceWorker
-from .store import Store
+from .persistence import PersistenceWorker
+from .store import SqliteStore
 
 DRAIN_LIMIT = 512
 MAX_POLL_S = 0.5
@@ -70,16 +71,13 @@ class Broker:
         self._stopping = False
         self._locks: list[int] = []
         self.ctx = zmq.Context()
-        self.router = self.pub = self.worker_sock = None
+        self.router = self.pub = None
         try:
             self._lock_ipc(settings.endpoint)
             self._lock_ipc(settings.pub_endpoint)
-            self.store = Store(settings.db_path, settings.synchronous)
-            identities = {sid: IdentityRecord(atomic, th) for sid, atomic, th in self.store.identities()}
-            self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
-                                 identities=identities)
-            self.engine.workflows.restore(self.store.runs(), self.store.sticky_entries(),
-                                          self.store.sticky_deliveries())
+            self.store = SqliteStore(settings.db_path, settings.synchronous)
+            self.engine = Engine(broker_id=self.broker_id, limits=settings.limits)
+            self.engine.restore(self.store.load())
             self._bind()
         except Exception:
             self.close()
@@ -87,9 +85,9 @@ class Broker:
         self.worker = PersistenceWorker(self.ctx, self.store, self.broker_id)
         self.worker.start()
         self.worker.ready.wait()
+        self._started_wall = time.time()
         self._lease_due = 0.0
         self._packb = new_packer()
-        self._worker_owes = 0          # frames sent to the worker not yet reported on
         self.frames_in = 0
         self.frames_out = 0
 
@@ -134,9 +132,6 @@ class Broker:
                 if exc.errno == zmq.EADDRINUSE:
                     raise StartupError(f"{endpoint} is already in use (another broker?)") from None
                 raise StartupError(f"cannot bind {endpoint}: {exc.strerror}") from None
-        self.worker_sock = self.ctx.socket(zmq.PAIR)
-        self.worker_sock.linger = 0
-        self.worker_sock.bind(WORKER_ENDPOINT)
 
     # -- loop ----------------------------------------------------------------------------
 
@@ -145,7 +140,7 @@ class Broker:
         self._stopping = True
 
     def serve_forever(self) -> None:
-        router, worker_sock = self.router, self.worker_sock
+        router, worker_sock = self.router, self.worker.socket
         # zmq_poll itself: the Poller wrapper and a dict per round cost more than the
         # routing of a small request. The worker's socket is polled only while it owes
         # reports: every socket in a poll costs libzmq a few syscalls per round.
@@ -160,33 +155,40 @@ class Broker:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         deadline = engine.next_deadline()
+        worker = self.worker
+        monotonic, wall_clock = time.monotonic, time.time
         while not self._stopping:
-            wait_ms = (deadline - time.time()) * 1000
+            # Deadlines and liveness run on the monotonic clock: a wall-clock step
+            # moves neither. The wall clock is read once a round for what people read.
+            wait_ms = (deadline - monotonic()) * 1000
             try:
-                ready = zmq_poll(with_worker if self._worker_owes else router_only,
+                ready = zmq_poll(with_worker if worker.owes else router_only,
                                  0 if wait_ms <= 0 else min(wait_ms, MAX_POLL_MS))
             except zmq.ZMQError as exc:
                 if exc.errno == zmq.EINTR:
                     continue
                 raise
-            now = time.time()
+            now = monotonic()
+            wall = wall_clock()
             commands: list = []
             backlog = False
             for sock, _ in ready:
                 if sock is router:
-                    backlog = self._drain_router(now, commands)
+                    backlog = self._drain_router(now, wall, commands)
                 else:
-                    self._drain_worker(now, commands)
+                    self._drain_worker(now, wall, commands)
             if now >= engine.next_deadline() and (not backlog or now - last_tick >= MAX_POLL_S * 2):
                 # Normally only with the input drained: heartbeats still queued in the
                 # socket must count before anyone is declared silent. Under a flood
                 # that never drains, timers still run once a second.
-                commands.extend(engine.tick(now))
+                commands.extend(engine.tick(now, wall))
                 last_tick = now
             if now >= self._lease_due:
+                # Leases are read by other processes, so they are wall-clock times.
                 self._lease_due = now + LEASE_RENEW_S
-                commands.append(Persist(("lease", self.broker_id, os.getpid(),
-                                         self.settings.endpoint, now, now + LEASE_S)))
+                commands.append(Persist(LeaseRenewed(self.broker_id, os.getpid(),
+                                                     self.settings.endpoint,
+                                                     self._started_wall, wall + LEASE_S)))
             if commands:
                 self._execute(commands)
             if engine.internal_errors:
@@ -196,7 +198,7 @@ class Broker:
             deadline = engine.next_deadline()
         self.log.info("broker_stopping", sessions=len(engine.registry), **self.statistics())
 
-    def _drain_router(self, now: float, commands: list) -> bool:
+    def _drain_router(self, now: float, wall: float, commands: list) -> bool:
         """Read up to DRAIN_LIMIT frames; True when more input is still waiting.
 
         Called when poll found input, so the first read needs no look first.
@@ -227,28 +229,35 @@ class Broker:
             except BusError as error:
                 commands.extend(engine.refuse_frame(identity, error))
                 continue
-            commands.extend(engine.receive_batch(identity, envs, now))
+            commands.extend(engine.receive_batch(identity, envs, now, wall))
         return True
 
-    def _drain_worker(self, now: float, commands: list) -> None:
-        while True:
-            try:
-                report = msgpack.unpackb(self.worker_sock.recv(_NOBLOCK), raw=False)
-            except zmq.Again:
-                return
-            self._worker_owes -= report.get("frames", 0)
+    def _drain_worker(self, now: float, wall: float, commands: list) -> None:
+        engine = self.engine
+        for report in self.worker.reports():
             if report["error"]:
                 self.log.error("persist_failed", error=report["error"], tickets=len(report["failed"]))
             if report["brokers"] is not None:
-                self.engine.other_brokers = report["brokers"]
+                engine.other_brokers = report["brokers"]
             for ticket in report["done"]:
-                commands.extend(self.engine.persisted(ticket, now))
+                commands.extend(engine.persisted(ticket, now, wall))
             for ticket in report["failed"]:
-                commands.extend(self.engine.persist_failed(ticket, now))
+                commands.extend(engine.persist_failed(ticket, now, wall))
 
     def _execute(self, commands: list) -> None:
         outbox: dict[bytes, list] = {}
         writes: list = []
+        packb = self._packb
+        packed: dict[int, bytes] = {}
+
+        def encode(env: dict) -> bytes:
+            # One presence event is shared by every peer that gets it: encode it once
+            # per round (the envelopes outlive the round, so their ids are unique).
+            data = packed.get(id(env))
+            if data is None:
+                data = packed[id(env)] = packb(env)
+            return data
+
         for command in commands:
             kind = type(command)
             if kind is Send:
@@ -259,21 +268,19 @@ class Broker:
                     box.append(command.env)
             elif kind is Publish:
                 self.pub.send(command.topic.encode(), _SNDMORE)
-                self.pub.send(pack(command.env))
+                self.pub.send(encode(command.env))
             else:
-                writes.append((command.ticket, command.op))
+                writes.append((command.ticket, command.record))
         router = self.router
-        packb = self._packb
         for identity, envs in outbox.items():
-            frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES, packb)
+            frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES, encode)
             for env in oversize:
                 # Nothing a client could read; a request it answers fails instead of hanging.
                 self.engine.stats["dropped.oversize"] += 1
                 if env.get("k") == "result" and env.get("re") is not None:
-                    error = BusError("frame_too_large", size=len(packb(env)),
+                    error = BusError("frame_too_large", size=len(encode(env)),
                                      limit=MAX_INBOUND_FRAME_BYTES)
-                    frames.append(packb(envelope("result", re=env["re"], ok=False,
-                                                 code=error.code, error=error.text)))
+                    frames.append(encode(error_result(env["re"], error)))
             for frame in frames:
                 try:
                     router.send(identity, _SNDMORE_NOBLOCK)
@@ -282,8 +289,7 @@ class Broker:
                 except zmq.Again:
                     self.engine.stats["dropped.peer_full"] += 1
         if writes:
-            self.worker_sock.send(msgpack.packb(writes, use_bin_type=True))
-            self._worker_owes += 1
+            self.worker.submit(writes)
 
     # -- shutdown ------------------------------------------------------------------------
 
@@ -294,13 +300,11 @@ class Broker:
 
     def close(self) -> None:
         worker = getattr(self, "worker", None)
-        if worker is not None and worker.is_alive():
-            self.worker_sock.send(msgpack.packb([[None, ("release", self.broker_id)]]))
-            self.worker_sock.send(msgpack.packb("stop"))
-            worker.join(timeout=10)
-        elif worker is None and getattr(self, "store", None) is not None:
+        if worker is not None:
+            worker.stop(release=LeaseReleased(self.broker_id))
+        elif getattr(self, "store", None) is not None:
             self.store.close()
-        for sock in (self.router, self.pub, self.worker_sock):
+        for sock in (self.router, self.pub):
             if sock is not None:
                 sock.close(linger=0)
         self.ctx.term()

@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from schemas.errors import BusError
 from schemas.limits import MAX_PREVIEW_CHARS
 
 from .sessions import Session
-
-if TYPE_CHECKING:
-    from .messaging import Messaging
 
 
 @dataclass(slots=True, eq=False)
@@ -49,8 +46,7 @@ class Ask:
 class AskTable:
     """Unresolved asks, by id, by target and by asker, plus their deadlines."""
 
-    def __init__(self, messaging: Messaging) -> None:
-        self.messaging = messaging
+    def __init__(self) -> None:
         self.by_id: dict[str, Ask] = {}
         self.inbound: dict[str, dict[str, Ask]] = {}    # target id -> ask id -> Ask
         self.outbound: dict[str, dict[str, Ask]] = {}   # asker id -> ask id -> Ask

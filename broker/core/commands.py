@@ -1,13 +1,21 @@
 """What the routing core asks the IO shell to do.
 
-The core never performs IO: every handler appends commands to a list that the shell
-executes in order. Commands are small immutable records.
+The core never performs IO: every handler appends commands to one list, in order.
+Handlers speak in two higher-level commands, :class:`Deliver` (messages for a
+session) and :class:`Answer` (the answer to requests); a final pass
+(:mod:`broker.core.outbox`) turns them into :class:`Send` commands holding envelopes,
+batching deliveries into ``msgs`` and quiet successes into ``acks``. The shell only
+ever sees :class:`Send`, :class:`Publish` and :class:`Persist`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from schemas.errors import BusError
+
+from .records import Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +28,7 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    """Publish a presence event on the PUB socket under ``topic`` (a group name)."""
+    """Publish an event on the PUB socket under ``topic`` (a group name)."""
 
     topic: str
     env: dict[str, Any]
@@ -28,10 +36,48 @@ class Publish:
 
 @dataclass(frozen=True, slots=True)
 class Persist:
-    """Write ``op`` to the store; when ``ticket`` is set, report back once it is durable."""
+    """Write ``record`` to the store; when ``ticket`` is set, report back once it is durable."""
 
-    op: tuple
+    record: Record
     ticket: int | None = None
 
 
-Command = Send | Publish | Persist
+@dataclass(slots=True)
+class Deliver:
+    """Messages ``ids``/``texts`` from one sender to the session at ``identity``.
+
+    ``attachments`` None: plain text messages (no attachments, no extra fields), sent
+    as one ``msgs``. Otherwise one message, sent as a ``msg`` with its
+    ``attachments``, ``expects_reply`` and the optional declared fields in ``extra``.
+    """
+
+    identity: bytes
+    sender_id: str
+    sender_name: str
+    sent_at: float
+    ids: list[str]
+    texts: list[str]
+    attachments: list | None = None
+    expects_reply: bool = False
+    extra: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Answer:
+    """The answer to the requests ``ids`` of the session at ``identity``.
+
+    ``value`` is the answer's fields (each id's own ``messageId`` added when
+    ``own_id``) or the refusal. ``quiet``: the caller asked for ``acks``; a quiet
+    answer is acknowledged by id only when ``ackable`` (a plain live delivery), and
+    sent whole otherwise, so no answer is ever shortened.
+    """
+
+    identity: bytes
+    ids: list[str | None]
+    value: dict[str, Any] | BusError
+    quiet: bool = False
+    ackable: bool = False
+    own_id: bool = False
+
+
+Command = Send | Publish | Persist | Deliver | Answer

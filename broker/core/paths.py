@@ -50,9 +50,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from schemas.errors import BusError
+from schemas.groups import WORKFLOW_PREFIX
 from schemas.limits import MAX_TARGET_CHARS
 
-PREFIX = "workflow:"
+PREFIX = WORKFLOW_PREFIX
 MAX_SEGMENTS = 32          # stage segments after the run id
 MAX_SEGMENT_CHARS = 128    # one segment, and the run id
 

@@ -8,42 +8,45 @@ when its groups changed. A connecting session hears nothing about existing peers
 asks ``list``), and a departing one hears nothing at all. Every change is also
 published on PUB once per affected group, with the group as topic: joined or left in
 the groups gained or lost, presence_update in the groups kept.
+
+Cost: one change builds the session's public row once and one event per kind, shared
+by every peer that gets it (the shell encodes a shared envelope once per round), so a
+change costs O(peers + groups) and a mass departure of D sessions O(D × peers).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from schemas import envelopes
+from schemas.names import PRESENCE_UPDATE, SESSION_JOINED, SESSION_LEFT
 
-from schemas.protocol import envelope
-
-from .commands import Command, Publish, Send
-from .sessions import Registry, Session
-
-
-def presence_event(event: str, session: Session, **extra: Any) -> dict[str, Any]:
-    return envelope("event", event=event, session=session.public(), **extra)
+from .authority import sees_into, watchers
+from .commands import Publish, Send
+from .sessions import Session
+from .state import State
 
 
-def membership_changed(registry: Registry, session: Session, before: set[str],
-                       after: set[str], out: list[Command], *, connecting: bool = False,
-                       departing: bool = False) -> None:
+def membership_changed(state: State, session: Session, before: set[str], after: set[str], *,
+                       connecting: bool = False, departing: bool = False) -> None:
     """Append the events for ``session`` moving from ``before`` to ``after`` groups.
 
     The registry must already reflect ``after``.
     """
+    registry, out = state.registry, state.out
+    changed = before | after
     peers: set[str] = set()
-    for group in before | after:
+    for group in changed:
         peers |= registry.by_group.get(group, set())
-    watchers = registry.extra_watchers(before | after) if registry.extra_watchers else set()
-    peers |= watchers
+    seeing = watchers(state, changed)
+    peers |= seeing
     peers.discard(session.id)
     groups_changed = before != after
-    about: dict[str, dict[str, Any]] = {}   # one event per kind, shared by every peer
+    row = session.public()
+    about: dict[str, dict] = {}   # one event per kind, shared by every peer
 
-    def event(kind: str) -> dict[str, Any]:
+    def event(kind: str) -> dict:
         env = about.get(kind)
         if env is None:
-            env = about[kind] = presence_event(kind, session)
+            env = about[kind] = envelopes.presence(kind, row)
         return env
 
     for peer_id in peers:
@@ -51,33 +54,36 @@ def membership_changed(registry: Registry, session: Session, before: set[str],
         shared_before = not peer.groups.keys().isdisjoint(before)
         shared_after = not peer.groups.keys().isdisjoint(after)
         was, now = shared_before, shared_after
-        if peer_id in watchers:   # invocation control sees into owned subgroups, one way
-            was = was or registry.sees_into(peer, before)
-            now = now or registry.sees_into(peer, after)
+        if peer_id in seeing:   # invocation control sees into owned subgroups, one way
+            was = was or sees_into(state, peer, before)
+            now = now or sees_into(state, peer, after)
         if now and not was:
-            out.append(Send(peer.identity, event("session_joined")))
+            out.append(Send(peer.identity, event(SESSION_JOINED)))
             if shared_after and not connecting:
-                out.append(Send(session.identity, presence_event("session_joined", peer)))
+                out.append(Send(session.identity, envelopes.presence(SESSION_JOINED, peer.public())))
         elif was and not now:
-            out.append(Send(peer.identity, event("session_left")))
+            out.append(Send(peer.identity, event(SESSION_LEFT)))
             if shared_before and not departing:
-                out.append(Send(session.identity, presence_event("session_left", peer)))
+                out.append(Send(session.identity, envelopes.presence(SESSION_LEFT, peer.public())))
         elif was and now and groups_changed:
-            out.append(Send(peer.identity, event("presence_update")))
+            out.append(Send(peer.identity, event(PRESENCE_UPDATE)))
     for group in sorted(after - before):
-        out.append(Publish(group, presence_event("session_joined", session, group=group)))
+        out.append(Publish(group, envelopes.presence(SESSION_JOINED, row, group)))
     for group in sorted(before - after):
-        out.append(Publish(group, presence_event("session_left", session, group=group)))
+        out.append(Publish(group, envelopes.presence(SESSION_LEFT, row, group)))
     if groups_changed:
         # The groups it stayed in see its membership set change, as their members do.
         for group in sorted(before & after):
-            out.append(Publish(group, presence_event("presence_update", session, group=group)))
+            out.append(Publish(group, envelopes.presence(PRESENCE_UPDATE, row, group)))
 
 
-def status_changed(registry: Registry, session: Session, out: list[Command]) -> None:
+def status_changed(state: State, session: Session) -> None:
     """Tell every session that can see ``session`` about its new status."""
-    env = presence_event("presence_update", session)
-    for peer_id in registry.neighbours(session):
-        out.append(Send(registry.by_id[peer_id].identity, env))
+    registry = state.registry
+    row = session.public()
+    env = envelopes.presence(PRESENCE_UPDATE, row)
+    for peer_id in registry.neighbours(session) | watchers(state, session.groups):
+        if peer_id != session.id:
+            state.out.append(Send(registry.by_id[peer_id].identity, env))
     for group in session.groups:
-        out.append(Publish(group, presence_event("presence_update", session, group=group)))
+        state.out.append(Publish(group, envelopes.presence(PRESENCE_UPDATE, row, group)))

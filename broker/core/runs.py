@@ -11,7 +11,10 @@ Invariants:
   by its name or by its id (a nested run id, a stage id);
 * states only move forward: PENDING → RUNNING → completed | failed | skipped, or
   PENDING straight to a terminal state; a terminal node never changes again;
-* non-agent nodes (``prompt``, ``tool``, ``ui``) never receive or queue messages.
+* non-agent nodes (``prompt``, ``tool``, ``ui``) never receive or queue messages;
+* nodes join a run only through :meth:`Run.attach`, which keeps the run's indexes
+  (spelling at each level, spelling anywhere, name key) exact, so looking a literal
+  path up costs O(path length), whatever the number of stages.
 """
 
 from __future__ import annotations
@@ -20,13 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from schemas.errors import BusError
+from schemas.names import (AGENT, NON_AGENT_KINDS, PENDING, RUNNING, STAGE_STATES,
+                           TERMINAL_STATES, run_group)
 
-AGENT = "agent"
-NON_AGENT_KINDS = frozenset({"prompt", "tool", "ui"})
 NODE_KINDS = frozenset({AGENT}) | NON_AGENT_KINDS
-PENDING, RUNNING = "PENDING", "RUNNING"
-TERMINAL_STATES = frozenset({"completed", "failed", "skipped"})
-STATES = frozenset({PENDING, RUNNING}) | TERMINAL_STATES
+STATES = STAGE_STATES
 MAX_NODES_PER_RUN = 2000
 
 
@@ -43,6 +44,7 @@ class Node:
     session_id: str | None = None     # the live stage session, if any
     transcript: str | None = None     # transcript of the latest stage session
     started: bool = False             # a stage session has initialized at least once
+    index: dict[str, list[Node]] = field(default_factory=dict)   # children by spelling
     _elements: list[frozenset[str]] | None = field(default=None, repr=False)
     _key: str | None = field(default=None, repr=False)
 
@@ -91,10 +93,34 @@ class Run:
     last_host_id: str | None = None    # who hosted it last, to take it back after a restart
     roots: list[Node] = field(default_factory=list)
     created_at: float = 0.0
+    root_index: dict[str, list[Node]] = field(default_factory=dict)    # roots by spelling
+    anywhere: dict[str, list[Node]] = field(default_factory=dict)      # any node by spelling
+    by_key: dict[str, Node] = field(default_factory=dict)
 
     @property
     def group(self) -> str:
-        return f"workflow:{self.run_id}"
+        return run_group(self.run_id)
+
+    def attach(self, nodes: list[Node], parent: Node | None) -> None:
+        """Add ``nodes`` (with their subtrees) under ``parent`` (None: the roots)."""
+        (parent.children if parent else self.roots).extend(nodes)
+        level = parent.index if parent else self.root_index
+        for node in nodes:
+            for spelling in node.spellings:
+                level.setdefault(spelling, []).append(node)
+            self._index(node)
+
+    def _index(self, node: Node) -> None:
+        for spelling in node.spellings:
+            self.anywhere.setdefault(spelling, []).append(node)
+        self.by_key[node.key()] = node
+        for child in node.children:
+            for spelling in child.spellings:
+                node.index.setdefault(spelling, []).append(child)
+            self._index(child)
+
+    def level(self, parent: Node | None) -> dict[str, list[Node]]:
+        return parent.index if parent else self.root_index
 
     @property
     def dormant(self) -> bool:
@@ -111,7 +137,7 @@ class Run:
         return f"{self.group}/{node.key()}"
 
     def node_by_key(self, key: str) -> Node | None:
-        return next((n for n in self.nodes() if n.key() == key), None)
+        return self.by_key.get(key)
 
     def record(self) -> dict[str, Any]:
         return {"runId": self.run_id, "host": self.host_id or self.last_host_id,
@@ -122,7 +148,7 @@ class Run:
     def from_record(cls, record: dict[str, Any]) -> Run:
         run = cls(record["runId"], None, record.get("hostAtomic"), record.get("host"),
                   created_at=record.get("createdAt", 0.0))
-        run.roots = build_nodes(record.get("stages") or [], None, restoring=True)
+        run.attach(build_nodes(record.get("stages") or [], None, restoring=True), None)
         return run
 
 

@@ -6,17 +6,30 @@ Invariants the registry keeps:
   8-hex id prefix, Atomic session id and each group it belongs to, and by nothing
   once it is removed;
 * a session always belongs to at least one group;
-* visibility is membership intersection and is decided only by :func:`visible`
-  (workflow invocation control extends it through the ``extra_visibility`` hook).
+* ``subgroups[run_id]`` names exactly the groups ``workflow:<run_id>/...`` that have
+  a member, so authority over a run's subgroups is found without a scan.
+
+Who may see whom is not decided here but in :mod:`broker.core.authority`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 from schemas.limits import PREFIX_LEN
+from schemas.names import IDLE, INTERACTIVE, LIVE, run_of_group
+
+
+@dataclass(frozen=True, slots=True)
+class StageBinding:
+    """What a stage session is bound to: its run, its node, its transcript."""
+
+    run_id: str
+    node_key: str          # the node's name path inside the run (Node.key())
+    path: str              # canonical ``workflow:<run>/<stage>[/...]``
+    transcript: str        # same transcript again: no duplicate pre-start entries
 
 
 @dataclass(slots=True, eq=False)
@@ -27,17 +40,22 @@ class Session:
     token: str
     home_group: str
     groups: dict[str, None]                 # insertion-ordered set
-    kind: str = "interactive"
+    kind: str = INTERACTIVE
     agent: str | None = None
     atomic_session_id: str | None = None
     parent_id: str | None = None
-    stage: str | None = None                # canonical workflow path for kind="stage"
-    status: str = "idle"
+    binding: StageBinding | None = None     # set once a stage session is bound
+    status: str = IDLE
     status_suffix: str | None = None
-    reply_capability: str = "live"
-    connected_at: float = 0.0
-    last_seen_at: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    reply_capability: str = LIVE
+    notify_undeliverable: bool = True       # wants undeliverable notices for its sticky sends
+    connected_at: float = 0.0               # monotonic: connection order
+    connected_wall: float = 0.0             # wall clock: what people read
+    last_seen_at: float = 0.0               # monotonic: liveness
+
+    @property
+    def stage(self) -> str | None:
+        return self.binding.path if self.binding else None
 
     @property
     def prefix(self) -> str:
@@ -56,7 +74,7 @@ class Session:
             "kind": self.kind,
             "groups": list(self.groups),
             "replyCapability": self.reply_capability,
-            "connectedAt": self.connected_at,
+            "connectedAt": self.connected_wall,
         }
         if self.agent:
             row["agent"] = self.agent
@@ -77,12 +95,7 @@ class Registry:
         self.by_name: dict[str, set[str]] = defaultdict(set)
         self.by_prefix: dict[str, set[str]] = defaultdict(set)
         self.by_atomic: dict[str, set[str]] = defaultdict(set)
-        # Extra visibility beyond shared membership (workflow invocation control):
-        # whether a viewer sees a session, who may see a set of groups that way, and
-        # whether a viewer sees into a set of groups that way.
-        self.extra_visibility: Callable[[Session, Session], bool] | None = None
-        self.extra_watchers: Callable[[Iterable[str]], set[str]] | None = None
-        self.sees_into: Callable[[Session, Iterable[str]], bool] | None = None
+        self.subgroups: dict[str, set[str]] = {}    # run id -> its subgroups with members
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -95,7 +108,7 @@ class Registry:
         if session.atomic_session_id:
             self.by_atomic[session.atomic_session_id].add(session.id)
         for group in session.groups:
-            self.by_group[group].add(session.id)
+            self._join(group, session.id)
 
     def remove(self, session: Session) -> None:
         self.by_id.pop(session.id, None)
@@ -106,7 +119,7 @@ class Registry:
         if session.atomic_session_id:
             _discard(self.by_atomic, session.atomic_session_id, session.id)
         for group in session.groups:
-            _discard(self.by_group, group, session.id)
+            self._leave(group, session.id)
 
     def rebind(self, session: Session, identity: bytes) -> None:
         """Move a session to a new routing identity (a reconnect)."""
@@ -117,10 +130,29 @@ class Registry:
 
     def set_groups(self, session: Session, groups: Iterable[str]) -> None:
         for group in session.groups:
-            _discard(self.by_group, group, session.id)
+            self._leave(group, session.id)
         session.groups = dict.fromkeys(groups)
         for group in session.groups:
-            self.by_group[group].add(session.id)
+            self._join(group, session.id)
+
+    def _join(self, group: str, session_id: str) -> None:
+        members = self.by_group[group]
+        if not members:
+            owner = run_of_group(group)
+            if owner is not None and owner[1]:
+                self.subgroups.setdefault(owner[0], set()).add(group)
+        members.add(session_id)
+
+    def _leave(self, group: str, session_id: str) -> None:
+        _discard(self.by_group, group, session_id)
+        if group not in self.by_group:
+            owner = run_of_group(group)
+            if owner is not None and owner[1]:
+                names = self.subgroups.get(owner[0])
+                if names is not None:
+                    names.discard(group)
+                    if not names:
+                        del self.subgroups[owner[0]]
 
     def members(self, group: str) -> list[Session]:
         ids = self.by_group.get(group, ())
@@ -133,21 +165,6 @@ class Registry:
             found |= self.by_group.get(group, set())
         found.discard(session.id)
         return found
-
-    def visible(self, viewer: Session, other: Session) -> bool:
-        if viewer is other:
-            return True
-        if not viewer.groups.keys().isdisjoint(other.groups):
-            return True
-        return bool(self.extra_visibility and self.extra_visibility(viewer, other))
-
-    def visible_to(self, viewer: Session) -> list[Session]:
-        """Every other session the viewer may see, in connection order."""
-        ids = self.neighbours(viewer)
-        if self.extra_visibility:
-            ids |= {s.id for s in self.by_id.values()
-                    if s.id not in ids and s is not viewer and self.extra_visibility(viewer, s)}
-        return sorted((self.by_id[i] for i in ids), key=lambda s: (s.connected_at, s.id))
 
 
 def _discard(index: dict[str, set[str]], key: str, value: str) -> None:

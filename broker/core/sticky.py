@@ -24,11 +24,11 @@ from typing import Any, Iterator
 
 from schemas.errors import BusError
 from schemas.limits import QUEUED_PER_TARGET
+from schemas.names import ACKED, SENT
 
 from .paths import WorkflowPath, matches
+from .records import StickyRow, StickySaved
 from .runs import Node
-
-SENT, ACKED = "sent", "acked"
 
 
 @dataclass(eq=False, slots=True)
@@ -43,16 +43,28 @@ class Entry:
     attachments: list
     sent_at: float
     ack: bool                                   # the sender wants undeliverable notices
+    position: int = 0                           # FIFO position when it was queued
+    not_in_known_set: bool = False
+    delivered_to: list[str] = field(default_factory=list)   # live at queue time
     deliveries: dict[tuple[str, str], str] = field(default_factory=dict)  # (node key, transcript)
 
     def matches(self, node: Node) -> bool:
         return matches(self.target.segments, node.elements())
 
-    def row(self) -> tuple:
-        """The store op that persists this entry."""
-        return ("sticky", self.seq, self.run_id, str(self.target), self.sender_id,
-                self.sender_name, self.message_id, self.message, self.attachments,
-                self.sent_at, self.ack)
+    def record(self) -> StickySaved:
+        """The record that persists this entry."""
+        return StickySaved(self.seq, self.run_id, str(self.target), self.sender_id,
+                           self.sender_name, self.message_id, self.message, self.attachments,
+                           self.sent_at, self.ack, self.position, self.not_in_known_set)
+
+    def answer(self) -> dict[str, Any]:
+        """What its sender was told once it was committed (and is told on a retry)."""
+        answer = {"queued": True, "position": self.position, "target": str(self.target),
+                  "runId": self.run_id, "messageId": self.message_id,
+                  "deliveredTo": list(self.delivered_to)}
+        if self.not_in_known_set:
+            answer["notInKnownSet"] = True
+        return answer
 
 
 class StickyQueues:
@@ -62,6 +74,7 @@ class StickyQueues:
         self.by_run: dict[str, dict[int, Entry]] = {}
         self.by_message: dict[str, Entry] = {}
         self._counts: dict[tuple[str, WorkflowPath], int] = {}   # entries per (run, target)
+        self._reserved: dict[tuple[str, WorkflowPath], int] = {}  # places held, not committed
         self.next_seq = 1
 
     def entries(self, run_id: str) -> Iterator[Entry]:
@@ -70,12 +83,26 @@ class StickyQueues:
     def count(self, run_id: str, target: WorkflowPath) -> int:
         return self._counts.get((run_id, target), 0)
 
-    def check_room(self, run_id: str, target: WorkflowPath, reserved: int) -> int:
-        """FIFO position the next entry would get. Raises BusError(queue_full)."""
-        queued = self.count(run_id, target) + reserved
+    def reserve(self, run_id: str, target: WorkflowPath) -> int:
+        """Hold a place for an entry about to be committed; its FIFO position.
+
+        Raises BusError(queue_full): entries already kept and places held count.
+        """
+        key = (run_id, target)
+        queued = self.count(run_id, target) + self._reserved.get(key, 0)
         if queued >= QUEUED_PER_TARGET:
             raise BusError("queue_full", limit=QUEUED_PER_TARGET)
+        self._reserved[key] = self._reserved.get(key, 0) + 1
         return queued + 1
+
+    def release(self, run_id: str, target: WorkflowPath) -> None:
+        """Give a held place back (its entry was committed, or failed)."""
+        key = (run_id, target)
+        left = self._reserved.get(key, 0) - 1
+        if left > 0:
+            self._reserved[key] = left
+        else:
+            self._reserved.pop(key, None)
 
     def allocate(self) -> int:
         seq = self.next_seq
@@ -133,13 +160,16 @@ def delivery_state(entry: Entry, node: Node, *, unavailable: bool, dormant: bool
     return "queued"
 
 
-def entry_from_row(row: tuple, target: WorkflowPath) -> Entry:
-    seq, run_id, _target, sender_id, sender_name, message_id, message, attachments, \
-        sent_at, ack = row
-    return Entry(seq, run_id, target, sender_id, sender_name, message_id, message,
-                 list(attachments or []), sent_at, bool(ack))
+def entry_from_row(row: StickyRow, target: WorkflowPath) -> Entry:
+    saved = row.entry
+    return Entry(saved.seq, saved.run_id, target, saved.sender_id, saved.sender_name,
+                 saved.message_id, saved.message, list(saved.attachments or []), saved.sent_at,
+                 bool(saved.ack), saved.position, bool(saved.not_in_known_set),
+                 list(row.delivered_to))
 
 
-def undeliverable_event(entry: Entry, reason: str) -> dict[str, Any]:
-    return {"event": "undeliverable", "messageId": entry.message_id, "runId": entry.run_id,
+def undeliverable_fields(entry: Entry, reason: str) -> dict[str, Any]:
+    """The fields of the ``undeliverable`` event for ``entry``."""
+    return {"messageId": entry.message_id, "runId": entry.run_id,
             "target": str(entry.target), "reason": reason}
+

@@ -24,38 +24,41 @@ import re
 
 from schemas.errors import BusError
 
-from .sessions import Registry, Session
+from .authority import visible
+from .sessions import Session
+from .state import State
 
 _PREFIX = re.compile(r"[0-9a-f]{8}")
 _ID_FRAGMENT = re.compile(r"[0-9a-fA-F-]{1,36}")
 
 
-def resolve_session(registry: Registry, caller: Session, to: str) -> Session:
+def resolve_session(state: State, caller: Session, to: str) -> Session:
     """Return the single session ``to`` names for ``caller``.
 
     Raises BusError(self_target | different_group | ambiguous_target |
     invalid_target | target_not_found).
     """
+    registry = state.registry
     exact = registry.by_id.get(to)
     if exact is not None:
-        return _reachable(registry, caller, exact)
+        return _reachable(state, caller, exact)
 
     by_name = registry.by_name.get(to.lower())
     if by_name:
-        found = _pick(registry, caller, to, by_name)
+        found = _pick(state, caller, to, by_name)
         if found is not None:
             return found
 
     lowered = to.lower()
     if _PREFIX.fullmatch(lowered):
-        found = _pick(registry, caller, to, registry.by_prefix.get(lowered, ()),
+        found = _pick(state, caller, to, registry.by_prefix.get(lowered, ()),
                       with_self=True, with_supervisor=True)
         if found is not None:
             return found
 
     by_atomic = registry.by_atomic.get(to)
     if by_atomic:
-        found = _pick(registry, caller, to, by_atomic)
+        found = _pick(state, caller, to, by_atomic)
         if found is not None:
             return found
 
@@ -64,15 +67,15 @@ def resolve_session(registry: Registry, caller: Session, to: str) -> Session:
     raise BusError("target_not_found", to=to)
 
 
-def _reachable(registry: Registry, caller: Session, target: Session) -> Session:
+def _reachable(state: State, caller: Session, target: Session) -> Session:
     if target is caller:
         raise BusError("self_target")
-    if not registry.visible(caller, target):
+    if not visible(state, caller, target):
         raise BusError("different_group")
     return target
 
 
-def _pick(registry: Registry, caller: Session, to: str, ids, *, with_self: bool = False,
+def _pick(state: State, caller: Session, to: str, ids, *, with_self: bool = False,
           with_supervisor: bool = False) -> Session | None:
     """One reachable candidate, self_target, ambiguity, or None when none is reachable.
 
@@ -80,18 +83,19 @@ def _pick(registry: Registry, caller: Session, to: str, ids, *, with_self: bool 
     ``with_supervisor``: the caller's supervisor is a candidate whatever its groups,
     and refused as in another group if it is.
     """
+    registry = state.registry
     if len(ids) == 1:
         for only in ids:
             session = registry.by_id.get(only)
-            if session is not None and session is not caller and registry.visible(caller, session):
+            if session is not None and session is not caller and visible(state, caller, session):
                 return session
     candidates = [registry.by_id[i] for i in ids if i in registry.by_id]
     reachable = [s for s in candidates if s is not caller and (
-        registry.visible(caller, s) or with_supervisor and s.id == caller.parent_id)]
+        visible(state, caller, s) or with_supervisor and s.id == caller.parent_id)]
     if with_self and reachable and caller in candidates:
         reachable.append(caller)
     if len(reachable) == 1:
-        return _reachable(registry, caller, reachable[0])
+        return _reachable(state, caller, reachable[0])
     if len(reachable) > 1:
         names = ", ".join(sorted(f"{s.name} {s.id}" for s in reachable))
         raise BusError("ambiguous_target", to=to, candidates=names)

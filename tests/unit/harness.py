@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 from broker.core import Engine, Limits, Persist, Publish, Send
+from broker.memory_store import MemoryStore
 from schemas.protocol import envelope
 
 
@@ -15,33 +16,55 @@ def uuid_from(n: int) -> str:
 
 
 class Bus:
+    """One engine, a fake clock, and an in-memory store that keeps what is committed."""
+
     def __init__(self, **limits: Any) -> None:
-        ids = itertools.count(0xA0000001)
-        tokens = itertools.count(1)
-        self.engine = Engine(broker_id="test", limits=Limits(**limits),
-                             new_id=lambda: uuid_from(next(ids)),
-                             new_token=lambda: f"token-{next(tokens)}")
+        self._limits = Limits(**limits)
+        self._new_ids = itertools.count(0xA0000001)
+        self._tokens = itertools.count(1)
+        self.store = MemoryStore()
+        self.engine = self._engine()
         self.now = 1000.0
         self._ids = itertools.count(1)
         self.last: list = []
         self.uncommitted: list[int] = []
+        self.written: list = []           # records not yet committed to the store
+
+    def _engine(self) -> Engine:
+        return Engine(broker_id="test", limits=self._limits,
+                      new_id=lambda: uuid_from(next(self._new_ids)),
+                      new_token=lambda: f"token-{next(self._tokens)}")
+
+    def restart(self) -> None:
+        """The broker dies and comes back: what was committed is all it has."""
+        self.engine = self._engine()
+        self.engine.restore(self.store.load())
+        self.uncommitted, self.written = [], []
 
     def advance(self, seconds: float) -> list:
         self.now += seconds
-        self.last = self.engine.tick(self.now)
+        self.last = self._track(self.engine.tick(self.now))
         return self.last
 
     def feed(self, identity: bytes, env: Any) -> list:
-        self.last = self.engine.receive(identity, env, self.now)
-        self.uncommitted += [c.ticket for c in self.last if isinstance(c, Persist) and c.ticket]
+        self.last = self._track(self.engine.receive(identity, env, self.now))
         return self.last
 
+    def _track(self, out: list) -> list:
+        self.uncommitted += [c.ticket for c in out if isinstance(c, Persist) and c.ticket]
+        self.written += [c.record for c in out if isinstance(c, Persist)]
+        return out
+
     def commit(self) -> list:
-        """The store reports every write asked for so far as durable."""
+        """The store commits every write asked for so far and reports it durable."""
         out = []
+        self.store.apply(self.written)
+        self.written = []
         tickets, self.uncommitted = self.uncommitted, []
         for ticket in tickets:
-            out += self.engine.persisted(ticket, self.now)
+            out += self._track(self.engine.persisted(ticket, self.now))
+        self.store.apply(self.written)
+        self.written = []
         self.last = out
         return out
 
@@ -73,8 +96,9 @@ class Bus:
         return [(c.topic, c.env["event"], c.env["session"]["name"])
                 for c in self.last if isinstance(c, Publish)]
 
-    def persisted_ops(self) -> list[tuple]:
-        return [c.op for c in self.last if isinstance(c, Persist)]
+    def persisted(self) -> list:
+        """The records the last input asked the store to keep."""
+        return [c.record for c in self.last if isinstance(c, Persist)]
 
 
 def result_for(out: list, identity: bytes, msg_id: str) -> dict:

@@ -1,7 +1,8 @@
 """RecentMap: the newest keys are kept, memory stays bounded, lookups see both halves."""
 
 from broker.core.bounded import RecentMap
-from broker.core.dedup import MessageIds, text_fingerprint, fingerprint
+from broker.core.dedup import MessageIds, fingerprint
+from schemas.errors import BusError
 
 
 def test_the_newest_half_of_capacity_is_always_remembered():
@@ -30,14 +31,15 @@ def test_a_rewritten_key_reads_its_newest_value():
 
 def test_message_ids_keep_answers_and_refuse_reuse_for_other_content():
     ids = MessageIds(capacity=10)
-    mark = text_fingerprint("send", "bob", "hi")
-    assert mark == fingerprint("send", {"to": "bob", "message": "hi"})
+    mark = fingerprint("send", "bob", "hi")
+    assert mark != fingerprint("send", "bob", "hi", attachments=[{"type": "file"}])
     ids.record("m1", "alice", mark, {"delivered": True, "messageId": "m1"})
     assert ids.lookup("m1", "alice", mark) == ({"delivered": True, "messageId": "m1"},)
     ids.record("m2", "alice", mark, None)
     assert ids.lookup("m2", "alice", mark) == (None,)
-    ids.answer("m2", {"ok": False, "code": "ask_timeout"})
-    assert ids.lookup("m2", "alice", mark) == ({"ok": False, "code": "ask_timeout"},)
+    ids.answer("m2", BusError("ask_timeout", timeout_s=1))
+    (refusal,) = ids.lookup("m2", "alice", mark)
+    assert isinstance(refusal, BusError) and refusal.code == "ask_timeout"
     assert ids.lookup("m3", "alice", mark) is None
     try:
         ids.lookup("m1", "mallory", mark)

@@ -1,6 +1,7 @@
 """Sessions, groups and presence, driven through the engine with a fake clock."""
 
 from broker.core import Send
+from broker.core.records import IdentitySaved
 from schemas.groups import resolve_home_group
 from schemas.protocol import envelope
 
@@ -19,8 +20,9 @@ def test_hello_welcomes_with_id_token_and_default_group():
 def test_hello_records_identity_for_restarts():
     bus = Bus()
     bus.hello("alice", atomicSessionId="atomic-1")
-    (op,) = bus.persisted_ops()
-    assert op[0] == "identity" and op[1] == uuid_from(0xA0000001) and op[2] == "atomic-1"
+    (record,) = bus.persisted()
+    assert isinstance(record, IdentitySaved)
+    assert record.session_id == uuid_from(0xA0000001) and record.atomic_session_id == "atomic-1"
 
 
 def test_connecting_session_is_announced_to_peers_and_on_pub_only():
@@ -272,10 +274,10 @@ def test_one_presence_event_is_shared_by_every_peer():
 
 
 def test_identity_memory_is_bounded(monkeypatch):
-    from broker.core import engine as engine_module
+    from broker.core import connect
 
-    monkeypatch.setattr(engine_module, "MAX_IDENTITIES", 3)
+    monkeypatch.setattr(connect, "MAX_IDENTITIES", 3)
     bus = Bus()
     for n in range(5):
         bus.hello(f"s{n}")
-    assert list(bus.engine.identities) == [uuid_from(0xA0000003), uuid_from(0xA0000004), uuid_from(0xA0000005)]
+    assert list(bus.engine.state.identities) == [uuid_from(0xA0000003), uuid_from(0xA0000004), uuid_from(0xA0000005)]

@@ -128,7 +128,7 @@ def test_quiet_sends_are_acknowledged_together_and_failures_answered_in_full():
 
 def test_a_prefix_shared_with_the_caller_is_ambiguous_not_the_other_session():
     bus = Bus()
-    bus.engine.new_id = iter([uuid_from(0xA0000001), "a0000001-0000-4000-8000-00000000beef"]).__next__
+    bus.engine.state.new_id = iter([uuid_from(0xA0000001), "a0000001-0000-4000-8000-00000000beef"]).__next__
     bus.hello("alice")
     bus.hello("bob")
     result = bus.call(b"alice", "send", to="a0000001", message="hi")

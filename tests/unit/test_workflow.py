@@ -1,6 +1,7 @@
 """Workflow addressing and sticky delivery, driven through the engine."""
 
-from broker.core import Engine, Persist
+from broker.core import Persist
+from broker.core.records import StickySaved
 from schemas.protocol import envelope
 
 from .harness import Bus, result_for
@@ -28,7 +29,7 @@ def send(bus, identity, to, message="m", msg_id=None):
 
 def queue(bus, identity, to, message="m", msg_id=None):
     """Send to a path and let the store commit; returns the deferred answer."""
-    msg_id = msg_id or f"q-{message}-{len(bus.engine.messaging.ids)}"
+    msg_id = msg_id or f"q-{message}-{len(bus.engine.state.ids)}"
     out = bus.feed(identity, envelope("call", id=msg_id, action="send", to=to, message=message))
     answers = [c.env for c in out if getattr(c, "env", {}).get("re") == msg_id]
     if answers:
@@ -53,7 +54,7 @@ def test_queued_answer_waits_for_the_commit():
     bus = hosted()
     out = bus.feed(b"host", envelope("call", id="q1", action="send", to="workflow:r1/plan", message="m"))
     assert [c for c in out if getattr(c, "env", {}).get("re") == "q1"] == []
-    assert any(isinstance(c, Persist) and c.op[0] == "sticky" and c.ticket for c in out)
+    assert any(isinstance(c, Persist) and isinstance(c.record, StickySaved) and c.ticket for c in out)
     answer = result_for(bus.commit(), b"host", "q1")
     assert answer["queued"] is True and answer["position"] == 1
 
@@ -155,7 +156,7 @@ def test_non_agent_nodes_are_refused_by_path_name_and_id():
     for to in ("workflow:r1/lint", "workflow:r1/ask-user", "workflow:r1/ui-1", "workflow:r1/lint/x",
                "lint", "ask-user", "ui-1"):
         assert send(bus, b"host", to)["code"] == "non_agent_target", to
-    assert not bus.engine.workflows.sticky.by_message
+    assert not bus.engine.state.sticky.by_message
 
 
 def test_patterns_never_deliver_to_non_agent_nodes():
@@ -280,15 +281,11 @@ def test_terminal_stage_state_never_changes_and_only_the_host_may_change_it():
 
 def test_entries_survive_a_restart_from_the_persisted_rows():
     bus = hosted()
-    out = bus.feed(b"host", envelope("call", id="k1", action="send", to="workflow:r1/plan", message="kept"))
+    bus.feed(b"host", envelope("call", id="k1", action="send", to="workflow:r1/plan", message="kept"))
     bus.commit()
-    # What the store holds: the run row and the sticky row, as written.
-    (sticky_op,) = [c.op for c in out if isinstance(c, Persist) and c.op[0] == "sticky"]
-    run_record = bus.engine.workflows.runs["r1"].record()
-    fresh = Engine(broker_id="restarted")
-    fresh.workflows.restore([run_record], [sticky_op[1:]], [])
-    out = fresh.receive(b"plan", envelope("hello", id="h", name="plan", sessionKind="stage",
-                                          stage="workflow:r1/plan"), 5000.0)
+    bus.restart()
+    out = bus.feed(b"plan", envelope("hello", id="h", name="plan", sessionKind="stage",
+                                     stage="workflow:r1/plan"))
     assert [c.env["message"] for c in out if getattr(c, "env", {}).get("k") == "msg"] == ["kept"]
 
 
@@ -328,20 +325,17 @@ def test_ended_stage_without_admission_shows_stage_terminal():
 
 def test_queued_send_retried_after_a_restart_is_not_queued_twice():
     bus = hosted()
-    out = bus.feed(b"host", envelope("call", id="k1", action="send", to="workflow:r1/plan", message="once"))
-    bus.commit()
-    (sticky_op,) = [c.op for c in out if isinstance(c, Persist) and c.op[0] == "sticky"]
+    bus.feed(b"host", envelope("call", id="k1", action="send", to="workflow:r1/plan", message="once"))
+    first = result_for(bus.commit(), b"host", "k1")
     host_id = bus.engine.registry.by_identity[b"host"].id
-    fresh = Engine(broker_id="restarted", limits=bus.engine.limits)
-    fresh.workflows.restore([bus.engine.workflows.runs["r1"].record()], [sticky_op[1:]], [])
-    fresh.receive(b"host2", envelope("hello", id="h", name="host", sessionId=host_id,
-                                     groups=["default", "workflow:r1"], homeGroup="default"), 5000.0)
-    out = fresh.receive(b"host2", envelope("call", id="k1", action="send", to="workflow:r1/plan",
-                                           message="once"), 5000.0)
-    answer = result_for(out, b"host2", "k1")
-    assert answer["queued"] is True and answer["messageId"] == "k1"
-    assert not any(isinstance(c, Persist) and c.op[0] == "sticky" for c in out)
-    assert len(list(fresh.workflows.sticky.entries("r1"))) == 1
+    bus.restart()
+    bus.hello("host", identity=b"host2", sessionId=host_id, groups=["default", "workflow:r1"],
+              homeGroup="default")
+    out = bus.feed(b"host2", envelope("call", id="k1", action="send", to="workflow:r1/plan",
+                                      message="once"))
+    assert result_for(out, b"host2", "k1") == first
+    assert not any(isinstance(c, Persist) and isinstance(c.record, StickySaved) for c in out)
+    assert len(list(bus.engine.state.sticky.entries("r1"))) == 1
 
 
 def test_a_connecting_session_cannot_claim_a_run_subgroup():
@@ -352,3 +346,20 @@ def test_a_connecting_session_cannot_claim_a_run_subgroup():
                      groups=["default", "workflow:r1/reviewers"])["code"] == "workflow_different_group"
     assert bus.hello("steerer", groups=["workflow:r1", "workflow:r1/reviewers"],
                      homeGroup="default")["ok"] is True
+
+
+def test_pipelined_queued_send_retried_after_a_restart_is_answered_queued_with_its_position():
+    bus = hosted()
+    queue(bus, b"host", "workflow:r1/plan", "first")
+    pipelined = envelope("sends", to="workflow:r1/plan", ids=["p1"], messages=["second"])
+    assert [c for c in bus.feed(b"host", pipelined) if getattr(c, "env", {}).get("k") == "acks"] == []
+    first = result_for(bus.commit(), b"host", "p1")
+    assert first["queued"] is True and first["position"] == 2
+    host_id = bus.engine.registry.by_identity[b"host"].id
+    bus.restart()
+    bus.hello("host", identity=b"host2", sessionId=host_id, groups=["default", "workflow:r1"],
+              homeGroup="default")
+    out = bus.feed(b"host2", pipelined)
+    assert result_for(out, b"host2", "p1") == first
+    assert not [c for c in out if getattr(c, "env", {}).get("k") == "acks"]
+    assert len(list(bus.engine.state.sticky.entries("r1"))) == 2

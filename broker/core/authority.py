@@ -1,0 +1,156 @@
+"""Who may see, reach and steer whom: every visibility and authority rule, in one place.
+
+Visibility is membership intersection, extended one way by workflow invocation
+control. A session *controls* run R when it is a member of R's invocation group
+``workflow:R`` and is not a stage of some other home: a stage session controls only
+its own run, and only when it lives in the invocation group itself (not a subgroup).
+Control lets a session see, send to, queue for and ask the stages of R, including
+those isolated in R's subgroups; subgroup members see only their own subgroup.
+Authority is a relation the broker records (a run's host, a stage's binding, a
+child's parent), never a flag a client asserts.
+
+Cost: every function here is O(the caller's memberships + what it returns), found
+through the registry's indexes (``by_group``, ``subgroups``); none scans all
+sessions or all runs.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from schemas.errors import BusError
+from schemas.names import run_group, run_of_group
+
+from .paths import WorkflowPath
+from .runs import Run
+from .sessions import Session
+from .state import State
+
+
+def controls(session: Session, run: Run) -> bool:
+    if run.group not in session.groups:
+        return False
+    own = session.binding
+    return own is None or (own.run_id == run.run_id and session.home_group == run.group)
+
+
+def _subgroup_runs(state: State, groups: Iterable[str]) -> list[Run]:
+    """Runs owning the subgroups among ``groups``."""
+    runs = []
+    for group in groups:
+        owner = run_of_group(group)
+        if owner is not None and owner[1]:
+            run = state.runs.get(owner[0])
+            if run is not None:
+                runs.append(run)
+    return runs
+
+
+def controlled_runs(state: State, session: Session) -> list[Run]:
+    """The runs ``session`` controls, in the order of its memberships."""
+    runs = []
+    for group in session.groups:
+        owner = run_of_group(group)
+        if owner is not None and not owner[1]:
+            run = state.runs.get(owner[0])
+            if run is not None and controls(session, run):
+                runs.append(run)
+    return runs
+
+
+def sees_into(state: State, viewer: Session, groups: Iterable[str]) -> bool:
+    """Whether control over a run lets ``viewer`` see members of ``groups``."""
+    return any(controls(viewer, run) for run in _subgroup_runs(state, groups))
+
+
+def visible(state: State, viewer: Session, other: Session) -> bool:
+    if viewer is other or not viewer.groups.keys().isdisjoint(other.groups):
+        return True
+    return sees_into(state, viewer, other.groups)
+
+
+def visible_to(state: State, viewer: Session) -> list[Session]:
+    """Every other session ``viewer`` may see, in connection order."""
+    registry = state.registry
+    ids = registry.neighbours(viewer)
+    for run in controlled_runs(state, viewer):
+        for group in registry.subgroups.get(run.run_id, ()):
+            ids |= registry.by_group.get(group, set())
+    ids.discard(viewer.id)
+    return sorted((registry.by_id[i] for i in ids), key=lambda s: (s.connected_at, s.id))
+
+
+def watchers(state: State, groups: Iterable[str]) -> set[str]:
+    """Sessions that may see members of ``groups`` through invocation control."""
+    found: set[str] = set()
+    registry = state.registry
+    for run in _subgroup_runs(state, groups):
+        found |= {i for i in registry.by_group.get(run.group, ())
+                  if controls(registry.by_id[i], run)}
+    return found
+
+
+def check_join(state: State, session: Session, group: str) -> None:
+    """Subgroups are joined only with control over their run.
+
+    Raises BusError(workflow_different_group).
+    """
+    owner = run_of_group(group)
+    if owner is not None and owner[1]:
+        run = state.runs.get(owner[0])
+        if run is None or not controls(session, run):
+            raise BusError("workflow_different_group")
+
+
+def check_claimed(groups: list[str], home: str, is_stage: bool) -> None:
+    """Groups a connecting session claims (home and restored memberships).
+
+    A stage keeps its own home; anyone else may hold a run's subgroup only together
+    with that run's invocation group, as control requires.
+    Raises BusError(workflow_different_group).
+    """
+    for group in {home, *groups}:
+        owner = run_of_group(group)
+        if owner is None or not owner[1]:
+            continue
+        if is_stage:
+            if group != home:
+                raise BusError("workflow_different_group")
+        elif group.split("/", 1)[0] not in groups:
+            raise BusError("workflow_different_group")
+
+
+def run_for(state: State, session: Session, path: WorkflowPath) -> Run:
+    """The run a path names, if ``session`` controls it.
+
+    Raises BusError(unknown_run | workflow_different_group).
+    """
+    run = state.runs.get(path.run_id)
+    if run is None:
+        if run_group(path.run_id) in session.groups:
+            raise BusError("unknown_run", run_id=path.run_id)
+        raise BusError("workflow_different_group")
+    if not controls(session, run):
+        raise BusError("workflow_different_group")
+    return run
+
+
+def refuse_non_agent(state: State, caller: Session, to: str, target: Session | None) -> None:
+    """Known non-agent ids, names and connections never receive messages.
+
+    Raises BusError(non_agent_target).
+    """
+    if target is not None:
+        own = target.binding
+        run = state.runs.get(own.run_id) if own else None
+        node = run.node_by_key(own.node_key) if run else None
+        if node is not None and not node.is_agent:
+            raise BusError("non_agent_target", to=to)
+        return
+    for group in caller.groups:
+        owner = run_of_group(group)
+        run = state.runs.get(owner[0]) if owner is not None and not owner[1] else None
+        if run is not None:
+            nodes = run.anywhere.get(to)
+            if nodes and not any(n.is_agent for n in nodes):
+                raise BusError("non_agent_target", to=to)

@@ -1,0 +1,199 @@
+"""Sessions coming and going: hello, welcome, id reclaim, lifecycle status, departure.
+
+A ``hello`` on a connection without a session opens one; a ``hello`` naming a live
+session with its token moves that session to the new connection (a client
+reconnecting) and keeps everything. An id is granted to a new session only when no
+live session holds it and, while the broker remembers its last holder, only to that
+same Atomic session or to the holder of its token. Every departure (close, silence,
+a replaced connection) goes through :func:`disconnect`.
+
+Invariants:
+
+* a routing identity speaks for at most one session, and only for that one;
+* a session always has a home group and at least one membership;
+* memberships claimed at connect obey the same authority as ``join``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+from schemas import envelopes
+from schemas.errors import BusError
+from schemas.groups import clean_group, resolve_home_group
+from schemas.limits import MAX_NAME_CHARS
+from schemas.names import (IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES, SESSION_KINDS,
+                           STAGE, TERMINAL, TERMINAL_CHILD_STATUSES, THINKING, TOOL_PREFIX)
+
+from . import asking
+from .authority import check_claimed
+from .commands import Send
+from .presence import membership_changed, status_changed
+from .records import IdentitySaved
+from .sessions import Session
+from .stages import bind, host_returned, stage_home, unbind
+from .state import IdentityRecord, State
+
+MAX_RESTORED_GROUPS = 64
+MAX_IDENTITIES = 200_000
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def hello(state: State, identity: bytes, current: Session | None, env: dict, re: str,
+          now: float) -> None:
+    """Raises BusError(already_connected | invalid_name | bad_envelope | unknown_run |
+    invalid_path | workflow_different_group)."""
+    if current is not None:
+        if env.get("sessionId") == current.id and _token_ok(current, env.get("token")):
+            state.answer(current, re, welcome(state, current))
+            return
+        raise BusError("already_connected")
+    name = env["name"].strip()
+    if not name or len(name) > MAX_NAME_CHARS:
+        raise BusError("invalid_name", limit=MAX_NAME_CHARS)
+    kind = env.get("sessionKind") or INTERACTIVE
+    if kind not in SESSION_KINDS:
+        raise BusError("bad_envelope", detail=f"sessionKind must be one of {', '.join(SESSION_KINDS)}")
+
+    live = state.registry.by_id.get(env.get("sessionId") or "")
+    if live is not None and _token_ok(live, env.get("token")):
+        _reattach(state, live, identity, re, now)
+        return
+
+    parent = state.registry.by_id.get(env.get("parent") or "")
+    stage = None
+    if kind == STAGE and env.get("stage"):
+        home, run, node = stage_home(state, env["stage"], env.get("group"))
+        stage = (run, node)
+    else:
+        home = clean_group(env.get("homeGroup") or resolve_home_group(
+            explicit=env.get("group"),
+            inherited=parent.home_group if parent else None,
+            config=env.get("fallbackGroup")))
+    restore = env.get("groups")
+    if restore and len(restore) > MAX_RESTORED_GROUPS:
+        raise BusError("bad_envelope", detail=f"at most {MAX_RESTORED_GROUPS} groups")
+    groups = [clean_group(g) for g in restore] if restore else [home]
+    check_claimed(groups, home, stage is not None)
+    session = Session(
+        id=_grant_id(state, env), name=name, identity=identity, token=state.new_token(),
+        home_group=home, groups=dict.fromkeys(groups), kind=kind,
+        agent=env.get("agent"), atomic_session_id=env.get("atomicSessionId") or None,
+        parent_id=parent.id if parent else None,
+        status_suffix=env.get("statusSuffix"),
+        notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
+        connected_at=now, connected_wall=state.wall, last_seen_at=now)
+    state.registry.add(session)
+    _remember(state, session)
+    membership_changed(state, session, set(), set(session.groups), connecting=True)
+    state.stats["sessions.opened"] += 1
+    state.answer(session, re, welcome(state, session))
+    if stage is not None:
+        # The welcome goes first; the retained entries follow before anything else.
+        transcript = env.get("transcript") or session.atomic_session_id or session.id
+        bind(state, session, *stage, transcript, now)
+    host_returned(state, session)
+
+
+def welcome(state: State, session: Session) -> dict[str, Any]:
+    return {
+        "sessionId": session.id, "token": session.token, "name": session.name,
+        "groups": list(session.groups), "homeGroup": session.home_group,
+        "brokerId": state.broker_id, "livenessS": state.limits.liveness_s,
+        "parent": session.parent_id,
+    }
+
+
+def heartbeat(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
+    state.out.append(Send(session.identity, envelopes.heartbeat()))
+
+
+def bye(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
+    state.stats["sessions.closed"] += 1
+    disconnect(state, session, "closed", now)
+    if re is not None:
+        state.answer(session, re)
+
+
+def lifecycle(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
+    """The ``status`` kind: activity and reply capability.
+
+    Raises BusError(invalid_status | bad_envelope).
+    """
+    status = env.get("status")
+    capability = env.get("replyCapability")
+    if status is not None:
+        if status in TERMINAL_CHILD_STATUSES and session.kind == NONINTERACTIVE:
+            capability = TERMINAL   # a finished child cannot answer asks any more
+        elif not (status in (IDLE, THINKING) or
+                  (status.startswith(TOOL_PREFIX) and len(TOOL_PREFIX) < len(status) <= MAX_NAME_CHARS)):
+            raise BusError("invalid_status")
+        session.status = status
+    if capability is not None:
+        if capability not in REPLY_CAPABILITIES:
+            raise BusError("bad_envelope", detail="replyCapability must be 'live' or 'terminal'")
+        asking.set_capability(state, session, capability)
+    status_changed(state, session)
+    if re is not None:
+        state.answer(session, re, {"status": session.status_text})
+
+
+def disconnect(state: State, session: Session, reason: str, now: float) -> None:
+    """Remove a session and tell everyone who could see it."""
+    if state.registry.by_id.get(session.id) is not session:
+        return
+    before = set(session.groups)
+    state.registry.remove(session)
+    membership_changed(state, session, before, set(), departing=True)
+    asking.session_gone(state, session)
+    unbind(state, session)
+
+
+def _reattach(state: State, session: Session, identity: bytes, re: str, now: float) -> None:
+    """The same client came back on a new connection: keep everything, move the route."""
+    state.registry.rebind(session, identity)
+    session.last_seen_at = now
+    state.stats["sessions.reattached"] += 1
+    state.answer(session, re, welcome(state, session))
+
+
+def _remember(state: State, session: Session) -> None:
+    record = IdentityRecord(session.atomic_session_id, token_hash(session.token))
+    state.identities[session.id] = record
+    state.identities.move_to_end(session.id)
+    if len(state.identities) > MAX_IDENTITIES:
+        state.identities.popitem(last=False)
+    state.persist(IdentitySaved(session.id, record.atomic_session_id, record.token_hash,
+                                session.name, state.wall))
+
+
+def _grant_id(state: State, env: dict) -> str:
+    """The requested id when the caller may hold it, else a fresh one."""
+    wanted = env.get("sessionId")
+    if not wanted or not _is_uuid(wanted) or wanted in state.registry.by_id:
+        return state.new_id()
+    record = state.identities.get(wanted)
+    if record is None:
+        return wanted
+    atomic = env.get("atomicSessionId")
+    if atomic and atomic == record.atomic_session_id:
+        return wanted
+    if env.get("token") and token_hash(env["token"]) == record.token_hash:
+        return wanted
+    return state.new_id()
+
+
+def _token_ok(session: Session, token: Any) -> bool:
+    return isinstance(token, str) and token == session.token
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        return str(uuid.UUID(value)) == value.lower() and len(value) == 36
+    except ValueError:
+        return False

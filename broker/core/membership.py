@@ -1,0 +1,104 @@
+"""The read and membership actions of the intercom tool: list, groups, join, leave, status.
+
+Membership changes are the only writes here; each one goes through
+:func:`change_groups`, so presence can never drift from the registry. ``group`` on
+``list`` and ``status`` is a read-only filter: it never changes what the caller may
+message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.errors import BusError
+from schemas.groups import clean_group
+
+from .authority import check_join, visible_to
+from .presence import membership_changed
+from .run_listing import run_rows
+from .sessions import Session
+from .state import State
+
+
+def list_sessions(state: State, session: Session, params: dict, re: str, now: float,
+                 env: dict) -> dict[str, Any]:
+    group = params.get("group")
+    if group is not None:
+        group = group.strip()
+        rows = [s for s in state.registry.members(group) if s is not session]
+        rows.sort(key=lambda s: (s.connected_at, s.id))
+    else:
+        rows = visible_to(state, session)
+    result = {"self": session.public(), "sessions": [s.public() for s in rows]}
+    if group is not None:
+        result["group"] = group
+    result.update(run_rows(state, session))
+    return result
+
+
+def list_groups(state: State, session: Session, params: dict, re: str, now: float,
+                 env: dict) -> dict[str, Any]:
+    rows = [{"name": name, "sessions": len(ids), "member": name in session.groups}
+            for name, ids in sorted(state.registry.by_group.items())]
+    return {"groups": rows, "memberships": list(session.groups)}
+
+
+def join(state: State, session: Session, params: dict, re: str, now: float,
+                 env: dict) -> dict[str, Any]:
+    """Raises BusError(missing_param | invalid_group | reserved_group | workflow_different_group)."""
+    if "group" not in params:
+        raise BusError("missing_param", action="join", param="group")
+    group = clean_group(params["group"])
+    check_join(state, session, group)
+    if group not in session.groups:
+        change_groups(state, session, [*session.groups, group])
+    return {"groups": list(session.groups), "joined": group}
+
+
+def leave(state: State, session: Session, params: dict, re: str, now: float,
+                 env: dict) -> dict[str, Any]:
+    """Raises BusError(not_member | last_group)."""
+    if "group" not in params:
+        change_groups(state, session, [session.home_group])
+        return {"groups": list(session.groups), "reset": True}
+    group = params["group"].strip()
+    if group not in session.groups:
+        raise BusError("not_member", group=group)
+    remaining = [g for g in session.groups if g != group]
+    if not remaining:
+        raise BusError("last_group", group=group)
+    change_groups(state, session, remaining)
+    return {"groups": list(session.groups), "left": group}
+
+
+def status(state: State, session: Session, params: dict, re: str, now: float,
+                 env: dict) -> dict[str, Any]:
+    group = params.get("group")
+    if group is not None:
+        group = group.strip()
+        visible = len([s for s in state.registry.members(group) if s is not session])
+    else:
+        visible = len(visible_to(state, session))
+    result = {
+        "connected": True,
+        "sessionId": session.id,
+        "name": session.name,
+        "status": session.status_text,
+        "groups": list(session.groups),
+        "homeGroup": session.home_group,
+        "visibleSessions": visible,
+        "broker": {
+            "id": state.broker_id,
+            "routing": "multi-node" if state.other_brokers else "single-node",
+            "otherBrokersLive": state.other_brokers,
+        },
+    }
+    if group is not None:
+        result["group"] = group
+    return result
+
+
+def change_groups(state: State, session: Session, groups: list[str]) -> None:
+    before = set(session.groups)
+    state.registry.set_groups(session, groups)
+    membership_changed(state, session, before, set(session.groups))

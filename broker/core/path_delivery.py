@@ -1,0 +1,184 @@
+"""Messages to ``workflow:`` paths: live delivery, sticky entries, settlement.
+
+A ``send`` to a path reaches live matching stages at once; anything else it names (a
+pending or future stage, a name or a pattern) is kept as a sticky entry and answered
+``queued`` only after the entry is committed. The answer (its FIFO position, the
+live stages it reached, whether the target was outside the known set) is part of
+the entry, so a retry after a restart is told exactly what it was told first.
+
+Cost: a literal path is looked up through the run's per-level spelling index, so a
+send costs O(path length) whatever the number of stages; a pattern is matched
+against every stage, as its meaning requires.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas import envelopes
+from schemas.errors import BusError
+from schemas.names import DEFAULT_GROUP, SENT, UNDELIVERABLE
+
+from .authority import run_for
+from .commands import Send
+from .delivery import deliver
+from .paths import WorkflowPath, matches, parse_path
+from .records import StickyAnswered, StickyDelivery, StickyDropped
+from .runs import Node, Run
+from .sessions import Session
+from .state import State
+from .sticky import Entry, undeliverable_fields
+
+
+def send(state: State, session: Session, to: str, re: str, message: str, attachments: list,
+         now: float) -> dict[str, Any] | None:
+    """Deliver or queue one message to a path; None while the entry is being committed.
+
+    Raises BusError(invalid_path | unknown_run | workflow_different_group |
+    non_agent_target | self_target | queue_full).
+    """
+    path = parse_path(to)
+    run = run_for(state, session, path)
+    agents = agent_matches(run, path)
+    if not path.is_pattern and len(agents) == 1:
+        node = agents[0]
+        live = live_session(state, node)
+        if live is session:
+            raise BusError("self_target")
+        if live is not None:
+            entry = Entry(0, run.run_id, path, session.id, session.name, re, message,
+                          attachments, state.wall, False)
+            hand_over(state, entry, node, live, now, before_start=False, record=False)
+            return {"delivered": True, "to": live.id, "toName": live.name,
+                    "target": run.canonical(node), "messageId": re}
+    position = state.sticky.reserve(run.run_id, path)
+    entry = Entry(state.sticky.allocate(), run.run_id, path, session.id, session.name, re,
+                  message, attachments, state.wall, session.notify_undeliverable, position,
+                  not agents)
+
+    def committed(at: float) -> None:
+        state.sticky.release(run.run_id, path)
+        state.sticky.add(entry)
+        for node in agent_matches(run, path):
+            live = live_session(state, node)
+            if live is not None and live.id != session.id and deliverable(node):
+                hand_over(state, entry, node, live, at, before_start=False)
+                entry.delivered_to.append(live.id)
+        if entry.delivered_to:
+            state.persist(StickyAnswered(entry.seq, list(entry.delivered_to)))
+        _settle(state, session.id, re, entry.answer())
+
+    def failed(at: float) -> None:
+        state.sticky.release(run.run_id, path)
+        _settle(state, session.id, re, BusError("internal_error"))
+
+    state.persist(entry.record(), committed, failed)
+    return None
+
+
+def resolve_ask(state: State, session: Session, to: str) -> Session:
+    """The live stage session an ask to a path reaches.
+
+    Raises BusError(pending_stage_ask_unsupported | run_dormant | ambiguous_stage |
+    self_target, and the path refusals of :func:`send`).
+    """
+    path = parse_path(to)
+    run = run_for(state, session, path)
+    if path.is_pattern:
+        raise BusError("pending_stage_ask_unsupported", to=to)
+    if run.dormant:
+        raise BusError("run_dormant", run_id=run.run_id)
+    live = [s for s in (live_session(state, n) for n in agent_matches(run, path)) if s is not None]
+    if len(live) > 1:
+        raise BusError("ambiguous_stage", to=to,
+                       candidates=", ".join(sorted(s.stage or s.id for s in live)))
+    if live:
+        if live[0] is session:
+            raise BusError("self_target")
+        return live[0]
+    raise BusError("pending_stage_ask_unsupported", to=to)
+
+
+def literal_nodes(run: Run, segments: tuple[str, ...]) -> tuple[list[Node], bool]:
+    """Nodes at a literal path, and whether the walk passed only non-agent nodes."""
+    hits: list[Node] = []
+    levels: list[dict[str, list[Node]]] = [run.root_index]
+    for segment in segments:
+        hits = [n for level in levels for n in level.get(segment, ())]
+        if not hits:
+            return [], False
+        if not any(n.is_agent for n in hits):
+            return hits, True
+        levels = [n.index for n in hits]
+    return hits, False
+
+
+def node_at(run: Run, path: WorkflowPath) -> Node | None:
+    """The one node an exact path names, if exactly one."""
+    hits, _ = literal_nodes(run, path.segments)
+    hits = [n for n in hits if len(n.elements()) == len(path.segments)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def agent_matches(run: Run, path: WorkflowPath) -> list[Node]:
+    """Agent stages the path names; a literal path through a non-agent node is refused.
+
+    Raises BusError(non_agent_target).
+    """
+    if path.is_pattern:
+        return [n for n in run.nodes() if n.is_agent and matches(path.segments, n.elements())]
+    hits, non_agent = literal_nodes(run, path.segments)
+    agents = [n for n in hits if n.is_agent]
+    if non_agent or (hits and not agents):
+        raise BusError("non_agent_target", to=str(path))
+    return agents
+
+
+def live_session(state: State, node: Node) -> Session | None:
+    return state.registry.by_id.get(node.session_id) if node.session_id else None
+
+
+def deliverable(node: Node) -> bool:
+    """Whether pre-start delivery to the stage is possible at all."""
+    return node.is_agent and node.intercom and node.group != DEFAULT_GROUP
+
+
+def hand_over(state: State, entry: Entry, node: Node, session: Session, now: float, *,
+              before_start: bool, record: bool = True) -> None:
+    """Deliver ``entry`` to a stage session; ``record``: note the hand-over durably."""
+    extra = {"target": str(entry.target), "ackRequired": True}
+    if before_start:
+        extra["receivedBeforeStart"] = True
+    deliver(state, entry.sender_id, entry.sender_name, session, entry.message_id,
+            entry.message, entry.attachments, entry.sent_at, extra=extra)
+    if record:
+        transcript = session.binding.transcript if session.binding else session.id
+        entry.deliveries[(node.key(), transcript)] = SENT
+        state.persist(StickyDelivery(entry.seq, node.key(), transcript, SENT, state.wall))
+
+
+def settle_exact(state: State, run: Run, node: Node, reason: str) -> None:
+    """Exact entries for a stage that ended unstarted can never be delivered."""
+    for entry in list(state.sticky.entries(run.run_id)):
+        if entry.target.is_pattern or entry.deliveries:
+            continue
+        hits = [n for n in run.nodes() if matches(entry.target.segments, n.elements())]
+        if hits == [node]:
+            state.sticky.remove(entry)
+            state.persist(StickyDropped(entry.seq))
+            notify_undeliverable(state, entry, reason)
+
+
+def notify_undeliverable(state: State, entry: Entry, reason: str) -> None:
+    sender = state.registry.by_id.get(entry.sender_id)
+    if entry.ack and sender is not None:
+        state.out.append(Send(sender.identity, envelopes.event(
+            UNDELIVERABLE, **undeliverable_fields(entry, reason))))
+
+
+def _settle(state: State, sender_id: str, re: str, value: dict | BusError) -> None:
+    """The deferred answer of a queued send, remembered for retries."""
+    state.ids.answer(re, value)
+    session = state.registry.by_id.get(sender_id)
+    if session is not None:
+        state.answer(session, re, value)

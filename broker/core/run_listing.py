@@ -1,0 +1,59 @@
+"""How workflow runs appear in ``list``: stages with labels, queued counts, delivery
+states per sticky entry, and future targets.
+
+Read-only: nothing here changes state. A session sees the runs it controls
+(:func:`~broker.core.authority.controlled_runs`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.names import PENDING, RUNNING
+
+from .authority import controlled_runs
+from .path_delivery import deliverable
+from .runs import Run
+from .sessions import Session
+from .state import State
+from .sticky import delivery_state
+
+
+def run_rows(state: State, session: Session) -> dict[str, Any]:
+    """The ``workflows`` part of a list answer (absent when there is none)."""
+    rows = [run_row(state, run) for run in controlled_runs(state, session)]
+    return {"workflows": rows} if rows else {}
+
+
+def run_row(state: State, run: Run) -> dict[str, Any]:
+    stages = []
+    known_targets = set()
+    for node in run.nodes():
+        if not node.is_agent:
+            continue
+        entries = state.sticky.matching(run.run_id, node)
+        unavailable = not deliverable(node)
+        states = [{"messageId": e.message_id, "target": str(e.target),
+                   "state": delivery_state(e, node, unavailable=unavailable, dormant=run.dormant)}
+                  for e in entries]
+        label = node.state
+        if label == RUNNING and run.dormant and node.session_id is None:
+            label = PENDING   # the host is gone: the stage waits for a resume
+        row = {"name": node.name, "id": node.id, "state": node.state, "label": label,
+               "sessionId": node.session_id,
+               "queued": sum(1 for s in states if s["state"] == "queued"),
+               "deliveryStates": states}
+        if unavailable:
+            row["label"] = "delivery-unavailable"
+        else:
+            row["target"] = run.canonical(node)
+        stages.append(row)
+        known_targets.add(run.canonical(node))
+    future: dict[str, int] = {}
+    for entry in state.sticky.entries(run.run_id):
+        target = str(entry.target)
+        if target not in known_targets:
+            future[target] = future.get(target, 0) + 1
+    return {"runId": run.run_id, "group": run.group, "dormant": run.dormant,
+            "host": run.host_id, "stages": stages,
+            "future": [{"target": t, "queued": n} for t, n in future.items()]}

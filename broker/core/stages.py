@@ -1,0 +1,132 @@
+"""Stage sessions: binding a connecting session to its node, and what follows from it.
+
+A session that connects with ``kind="stage"`` and a canonical path is bound to that
+node (materialized if the host has not declared it yet): it gets its home group from
+the node, a typed :class:`~broker.core.sessions.StageBinding`, and, before anything
+else, every retained sticky entry for the node that its transcript has not
+acknowledged, in FIFO order. Receipts (``received``) mark hand-overs acknowledged.
+A run's host going and coming back is tracked here too.
+
+Invariants:
+
+* a node names at most one live session (``node.session_id``), cleared when it leaves;
+* a hand-over is acknowledged only for the (node, transcript) it was made to.
+"""
+
+from __future__ import annotations
+
+from schemas.errors import BusError
+from schemas.names import ACKED, AUTO_GROUPS, DEFAULT_GROUP, PENDING, RUNNING
+
+from .path_delivery import deliverable, hand_over, node_at
+from .paths import WorkflowPath, parse_path
+from .records import RunSaved, StickyDelivery
+from .runs import Node, Run, build_nodes
+from .sessions import Session, StageBinding
+from .state import State
+
+MAX_RECEIPTS = 512       # ids read from one ``received`` envelope
+
+
+def stage_home(state: State, stage: str, group: str | None) -> tuple[str, Run, Node]:
+    """Home group, run and node of a connecting stage session.
+
+    Raises BusError(invalid_path | unknown_run).
+    """
+    path = parse_path(stage)
+    if path.is_pattern:
+        raise BusError("invalid_path", to=stage, detail="a stage binds to an exact path")
+    run = state.runs.get(path.run_id)
+    if run is None:
+        raise BusError("unknown_run", run_id=path.run_id)
+    node = node_at(run, path) or materialize(run, path)
+    group = group or node.group
+    if group is None:
+        home = run.group
+    elif group == DEFAULT_GROUP:
+        home = DEFAULT_GROUP
+    elif group in AUTO_GROUPS:
+        home = f"{run.group}/{node.name}"
+    else:
+        home = f"{run.group}/{group.strip()}"
+    return home, run, node
+
+
+def materialize(run: Run, path: WorkflowPath) -> Node:
+    """A node for a path the host has not declared (its parent must be known).
+
+    Raises BusError(invalid_path).
+    """
+    parent = None
+    if len(path.segments) > 1:
+        parent = node_at(run, WorkflowPath(run.run_id, path.segments[:-1]))
+        if parent is None:
+            raise BusError("invalid_path", to=str(path), detail="its parent stage is not known")
+    nodes = build_nodes([{"name": path.segments[-1]}], parent)
+    run.attach(nodes, parent)
+    return nodes[0]
+
+
+def bind(state: State, session: Session, run: Run, node: Node, transcript: str,
+         now: float) -> None:
+    """Bind ``session`` to ``node`` and hand it the retained entries, FIFO."""
+    session.binding = StageBinding(run.run_id, node.key(), run.canonical(node), transcript)
+    node.session_id = session.id
+    node.transcript = transcript
+    node.started = True
+    if node.state == PENDING:
+        node.state = RUNNING
+    save(state, run)
+    if not deliverable(node):
+        return
+    for entry in state.sticky.matching(run.run_id, node):
+        if entry.deliveries.get((node.key(), transcript)) != ACKED:
+            hand_over(state, entry, node, session, now, before_start=True)
+
+
+def unbind(state: State, session: Session) -> None:
+    """``session`` left: its node has no live session, its runs no live host."""
+    own = session.binding
+    run = state.runs.get(own.run_id) if own else None
+    if run is not None:
+        node = run.node_by_key(own.node_key)
+        if node is not None and node.session_id == session.id:
+            node.session_id = None
+    for run_id in state.hosted.pop(session.id, ()):
+        run = state.runs.get(run_id)
+        if run is not None and run.host_id == session.id:
+            run.last_host_id, run.host_id = session.id, None
+
+
+def host_returned(state: State, session: Session) -> None:
+    """A host that reconnects (even to a restarted broker) takes its runs back."""
+    for run_id in state.hosted_before.get(session.id, ()):
+        run = state.runs.get(run_id)
+        if run is not None and run.host_id is None and run.last_host_id == session.id:
+            set_host(state, run, session)
+
+
+def set_host(state: State, run: Run, session: Session) -> None:
+    """``session`` hosts ``run`` now."""
+    run.host_id = session.id
+    run.last_host_id = session.id
+    state.hosted.setdefault(session.id, set()).add(run.run_id)
+    state.hosted_before.setdefault(session.id, set()).add(run.run_id)
+
+
+def received(state: State, session: Session, ids: list) -> None:
+    """Receipts: these hand-overs entered the stage's context."""
+    own = session.binding
+    if own is None:
+        return
+    for msg_id in ids[:MAX_RECEIPTS]:
+        entry = state.sticky.by_message.get(msg_id) if isinstance(msg_id, str) else None
+        key = (own.node_key, own.transcript)
+        if entry is not None and key in entry.deliveries:
+            entry.deliveries[key] = ACKED
+            state.persist(StickyDelivery(entry.seq, own.node_key, own.transcript, ACKED,
+                                         state.wall))
+
+
+def save(state: State, run: Run) -> None:
+    state.persist(RunSaved(run.run_id, run.record()))

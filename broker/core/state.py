@@ -1,0 +1,120 @@
+"""All routing state of one broker, and the few verbs every handler uses.
+
+:class:`State` is plain data: the session registry, the subsystems' tables (asks,
+message ids, recent messages, runs, sticky queues), counters, and the command list
+the current input is filling. Handlers are functions of a ``State``; none of them
+keeps state of its own, and no subsystem holds a reference to another.
+
+Invariants:
+
+* ``out`` holds the commands of the input being handled, in order; the engine
+  renders and empties it when the input is done;
+* a durable write that someone waits for has exactly one entry in ``tickets`` until
+  the store reports it committed or failed;
+* ``wall`` is the wall-clock time of the current input (for ``sentAt`` and records
+  people read); every deadline and liveness check uses the monotonic ``now``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from schemas.errors import BusError
+from schemas.limits import ASK_TIMEOUT_S, LIVENESS_S, MAX_PENDING_ASKS
+
+from .asks import AskTable
+from .bounded import RecentMap
+from .commands import Answer, Command, Persist
+from .dedup import MessageIds
+from .records import Record
+from .runs import Run
+from .sessions import Registry, Session
+from .sticky import StickyQueues
+
+RECENT_PER_SESSION = 512      # ordinary messages a session can still reply to: 256 to 512
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_pending_asks: int = MAX_PENDING_ASKS
+    ask_timeout_s: float = ASK_TIMEOUT_S
+    liveness_s: float = LIVENESS_S
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityRecord:
+    """Who last held a session id (persisted so a restart keeps the rule)."""
+
+    atomic_session_id: str | None
+    token_hash: str
+
+
+OnDone = Callable[[float], None]
+
+
+@dataclass(eq=False)
+class State:
+    broker_id: str
+    limits: Limits
+    new_id: Callable[[], str]
+    new_token: Callable[[], str]
+    registry: Registry = field(default_factory=Registry)
+    # Who last held each id, newest last (bounded: the oldest are forgotten first).
+    identities: OrderedDict[str, IdentityRecord] = field(default_factory=OrderedDict)
+    asks: AskTable = field(default_factory=AskTable)
+    ids: MessageIds = field(default_factory=MessageIds)
+    # Ordinary messages each session received lately: msg id -> sender id.
+    recent: dict[str, RecentMap[str, str]] = field(default_factory=dict)
+    # Threads (ask or message ids) each session has replied to lately.
+    answered: dict[str, RecentMap[str, bool]] = field(default_factory=dict)
+    runs: dict[str, Run] = field(default_factory=dict)
+    sticky: StickyQueues = field(default_factory=StickyQueues)
+    # Runs by host: those each session hosts now, and those it hosted last (so a
+    # returning host finds its runs without a scan of every run).
+    hosted: dict[str, set[str]] = field(default_factory=dict)
+    hosted_before: dict[str, set[str]] = field(default_factory=dict)
+    other_brokers: int = 0
+    stats: Counter[str] = field(default_factory=Counter)
+    out: list[Command] = field(default_factory=list)
+    internal_errors: list[Exception] = field(default_factory=list)
+    tickets: dict[int, tuple[OnDone, OnDone | None]] = field(default_factory=dict)
+    next_ticket: int = 0
+    wall: float = 0.0
+
+    # -- verbs ---------------------------------------------------------------------
+
+    def answer(self, to: Session | bytes, re: str | None,
+               value: dict[str, Any] | BusError | None = None, *, quiet: bool = False,
+               ackable: bool = False) -> None:
+        """Answer request ``re`` of ``to`` with ``value`` (fields, or a refusal)."""
+        identity = to.identity if isinstance(to, Session) else to
+        if isinstance(value, BusError):
+            self.stats[f"refused.{value.code}"] += 1
+        self.out.append(Answer(identity, [re], {} if value is None else value, quiet, ackable))
+
+    def persist(self, record: Record, on_durable: OnDone | None = None,
+                on_failed: OnDone | None = None) -> None:
+        """Queue a store write; ``on_durable`` runs once it is committed, ``on_failed``
+        if the commit fails."""
+        if on_durable is None:
+            self.out.append(Persist(record))
+            return
+        self.next_ticket += 1
+        self.tickets[self.next_ticket] = (on_durable, on_failed)
+        self.out.append(Persist(record, self.next_ticket))
+
+    def recent_for(self, session: Session) -> RecentMap[str, str]:
+        """The ordinary messages ``session`` received lately (msg id -> sender id)."""
+        return _table(self.recent, session)
+
+    def answered_by(self, session: Session) -> RecentMap[str, bool]:
+        return _table(self.answered, session)
+
+
+def _table(tables: dict[str, RecentMap], session: Session) -> RecentMap:
+    table = tables.get(session.id)
+    if table is None:
+        table = tables[session.id] = RecentMap(RECENT_PER_SESSION)
+    return table
