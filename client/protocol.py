@@ -21,8 +21,8 @@ Theory of operation:
   made while not CONNECTED still go out; the broker answers them ``not_connected``,
   which is an input here, not their answer: they go again after the welcome.
 * What arrived before a welcome is reported before it, what arrived after, after it.
-* Closing is a latch outside the state machine (any thread sets it): it fails every
-  owed request with ``session_closed``, and so is every request made later.
+* Closing is a latch outside the state machine (any thread sets it): every owed
+  request fails with ``session_closed``, and so does every request made later.
 
 Threads: no lock. The caller side (:meth:`request`, :meth:`post`, :meth:`forget`,
 :meth:`close`, :attr:`queued`) only appends to the outbox deque and sets or pops
@@ -80,12 +80,9 @@ _NEXT: dict[tuple[State, Input], State] = {
 
 @dataclass(frozen=True, slots=True)
 class Inbound:
-    """What arrived (or was refused here) since the last event, in arrival order.
-
-    ``msgs`` (``msg`` envelopes, ``msgs`` ones expanded) and ``events`` (``event``
-    envelopes) are to be queued first, then ``answers``: ``(owed, answer dict)``
-    pairs to resolve, each owed object popped from the table.
-    """
+    """What arrived (or was refused here) since the last event, in arrival order:
+    ``msg`` envelopes (``msgs`` expanded) and ``event`` envelopes to queue first, then
+    ``(owed, answer)`` pairs to resolve, each owed object already out of the table."""
 
     msgs: list[dict]
     events: list[dict]
@@ -159,12 +156,11 @@ class ClientProtocol:
         self.closed = True
         popitem = self._owed.popitem
         failed = []
-        while True:
-            try:
-                _, owed = popitem()
-            except KeyError:
-                return failed
-            failed.append((owed, BusError("session_closed").reply()))
+        try:
+            while True:
+                failed.append((popitem()[1], BusError("session_closed").reply()))
+        except KeyError:
+            return failed
 
     # -- socket side: one thread at a time -----------------------------------------------
 
