@@ -1,7 +1,8 @@
 """Replies: cheap futures for the answers a transport is owed.
 
 One condition serves every reply of a transport, so making a reply costs no lock of
-its own and a whole frame of answers is resolved under one acquisition. Everything
+its own and a whole frame of answers is resolved under one acquisition
+(:func:`resolve`). Everything
 else (done, cancel, callbacks, ``concurrent.futures.wait``/``as_completed``) is
 :class:`concurrent.futures.Future`'s own code, which relies on the private fields
 set here (checked on Python 3.11; recheck on an upgrade).
@@ -19,7 +20,7 @@ from typing import Any
 OPEN = (PENDING, RUNNING)
 _DONE = (FINISHED, CANCELLED, CANCELLED_AND_NOTIFIED)
 
-__all__ = ["FINISHED", "OPEN", "PENDING", "Reply"]
+__all__ = ["FINISHED", "OPEN", "PENDING", "Reply", "resolve"]
 
 
 class Reply(Future):
@@ -95,3 +96,22 @@ class Reply(Future):
             if self._state is not FINISHED:
                 raise CancelledError()
             return self._exception
+
+
+def resolve(condition: threading.Condition, answers: list[tuple[Reply, Any]]) -> None:
+    """Give each reply still open its answer, all under ``condition`` (the one they
+    share), then run their done-callbacks outside it, on this thread."""
+    callbacks = []
+    with condition:
+        for reply, value in answers:
+            if reply._state in OPEN:
+                reply._result = value
+                reply._state = FINISHED
+                if reply.waiter_list:
+                    for waiter in reply.waiter_list:
+                        waiter.add_result(reply)
+                if reply.callback_list:
+                    callbacks.append(reply)
+        condition.notify_all()
+    for reply in callbacks:
+        reply._invoke_callbacks()

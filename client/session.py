@@ -208,7 +208,7 @@ class Session:
 
     @property
     def connected(self) -> bool:
-        return self._transport.connected.is_set()
+        return self._transport.connected
 
     def close(self) -> None:
         """Leave the bus now: peers see this session gone at once."""

@@ -1,53 +1,52 @@
-"""The client's connection: one DEALER socket, serviced by whichever thread holds it.
+"""The client's driver: one DEALER socket, and the threads that take turns on it.
 
-ZeroMQ sockets are not thread-safe, so the socket is touched only by the holder of
-``_io_lock``. Usually that is the IO thread: it sleeps in an OS-level poll on the
-socket's ZMQ_FD and a wake-up eventfd *without* the lock, then takes the lock to
-flush what callers queued (coalesced into batch frames: one frame, many envelopes),
-read what arrived, send a heartbeat when idle, and take the session back after the
-broker restarts or forgets it: it says hello again with the session's id and token,
-then resends every request still owed an answer, under the same ids (the broker
-deduplicates them).
+What to send, and what the broker's frames mean, is :class:`ClientProtocol` (no IO);
+this module moves its frames, runs its timers and hands on what it reports.
 
-A blocking call (:meth:`Transport.call`) made while nobody holds the lock skips both
-thread hand-offs: the calling thread takes the lock, sends its request itself and
-services the socket until its own answer is in (answering everyone else's requests
-and queueing inbound messages on the way, heartbeats included), then gives the
-socket back. Pipelined requests (:meth:`Transport.request`) go through the outbox.
+Invariants:
 
-Invariant that makes the shared-socket scheme sound: whoever releases ``_io_lock``
-has just seen ZMQ_EVENTS without POLLIN after its last send, so the edge-triggered
-ZMQ_FD signals the IO thread for anything that arrives later.
-
-Answers resolve :class:`Reply` objects: ``concurrent.futures.Future`` subclasses that
-share one condition per transport, so making one is cheap and a whole frame of
-answers is resolved under one lock acquisition.
+* The socket, the protocol's socket side and the lead poller are touched only by the
+  holder of ``_io_lock``: the IO thread, or a *leader*, a caller blocked in
+  :meth:`Transport.call` or :meth:`Transport.serve_until` that took the lock while it
+  was free. A leader services the socket itself (everyone's answers, inbound messages
+  and timers on the way) until its own wait is over, saving both thread hand-offs.
+  ``_leading`` is set meanwhile: a caller that finds the IO thread holding the lock
+  waits up to ``_TAKE_OVER_WAIT_S`` for it, one that finds a leader does not.
+* ZMQ_FD is edge-triggered: it signals a change of ZMQ_EVENTS, not waiting input. So
+  a holder services until a read finds nothing (:meth:`Transport._service`), and
+  whoever releases the lock has just seen ZMQ_EVENTS without POLLIN after its last
+  send: anything that arrives later signals the IO thread.
+* The IO thread sleeps in epoll on ZMQ_FD and the waker *without* the lock, waking at
+  least every ``TIMER_INTERVAL_S`` for the timers. A leader switches ZMQ_FD off there
+  while it leads, so its answer does not wake the IO thread too, and on again after
+  (level-triggered: that wakes the IO thread at once if input waits).
+* Any thread may queue (``request``, ``request_send``, ``post``): the protocol's
+  caller side takes no lock; then a wake-up, unless one is pending already.
+* ``on_inbound`` and ``on_welcome`` run on the servicing thread and must not block.
+  Messages are handed on before the answers that came with or after them resolve;
+  the answers of one read resolve under one acquisition of ``_cond``.
+* Close: the IO thread flushes what is queued and closes the socket, then every owed
+  request fails with ``session_closed``.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import select
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import zmq
 
-from schemas.errors import BusError
-from schemas.limits import HEARTBEAT_S, LIVENESS_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
-from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
-
-from .replies import FINISHED, OPEN, PENDING, Reply
+from .protocol import TIMER_INTERVAL_S, ClientProtocol, Inbound
+from .replies import PENDING, Reply, resolve
 from .waker import Waker
-from .wire import expand_msgs, take_envelopes
 
 _EPOLL = hasattr(select, "epoll")
 _NOBLOCK = int(zmq.NOBLOCK)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
-_IDLE_POLL_S = HEARTBEAT_S / 2
 # How long a caller waits for the IO thread to finish servicing the socket before it
 # hands its call over instead of running it itself.
 _TAKE_OVER_WAIT_S = 0.005
@@ -57,69 +56,45 @@ _YIELD_EVERY = 256
 
 
 class Transport:
-    """Owns the DEALER socket; thread-safe public methods.
-
+    """Owns the DEALER socket; thread-safe public methods. ``hello()`` builds a hello;
     ``on_inbound(msgs, events)`` gets the ``msg`` and ``event`` envelopes of each read,
-    in arrival order, before the answers that arrived with or after them are resolved.
-    It runs on whichever thread services the socket and must not block.
-    """
+    ``on_welcome(result)`` each answer to a hello."""
 
     def __init__(self, endpoint: str, on_inbound: Callable[[list, list], None],
                  hello: Callable[[], dict], on_welcome: Callable[[dict], None]) -> None:
         self.endpoint = endpoint
         self._on_inbound = on_inbound
-        self._hello = hello              # builds the hello envelope for (re)connects
         self._on_welcome = on_welcome
-        self._outbox: collections.deque[dict] = collections.deque()
-        # id -> reply (its request in ``reply.request``). No lock: single dict
-        # operations are atomic, and closing sets _dead before it empties the dict
-        # with popitem, so a request registered meanwhile is failed exactly once, by
-        # whichever side pops it.
-        self._owed: dict[str, Reply] = {}
-        self._dead = False               # closed: new requests fail at once
+        self._protocol = protocol = ClientProtocol(hello)
+        self._request = protocol.request      # bound once: the pipelined send path is hot
+        self._queued = protocol.queued
         # Shared by all replies. Reentrant, as each Future's own is: concurrent.futures
         # wait() and as_completed() take the conditions of all their futures at once.
         self._cond = threading.Condition(threading.RLock())
         self._io_lock = threading.Lock()  # held by whoever touches the socket
         self._leading = False             # a caller (not the IO thread) holds _io_lock
-        self._waker = Waker()
         self._closing = False
-        self._hello_id: str | None = None
-        self.connected = threading.Event()
-        self.last_heard = 0.0
-        self._last_sent = 0.0
-        self._ctx = zmq.Context.instance()
-        sock = self._ctx.socket(zmq.DEALER)
+        self._waker = Waker()
+        self._sock = sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.linger = 1000
-        sock.sndhwm = 100_000
-        sock.rcvhwm = 100_000
+        sock.sndhwm = sock.rcvhwm = 100_000
         sock.reconnect_ivl = 100
         sock.reconnect_ivl_max = 1000
-        sock.connect(self.endpoint)
-        self._sock = sock
+        sock.connect(endpoint)
         self._sock_open = True
-        self._recv = sock.recv
-        self._packb = new_packer()      # used only under _io_lock
-        self._send_frame = sock.send
-        self._getsockopt = sock.getsockopt
-        self._sock_fd = sock_fd = sock.getsockopt(zmq.FD)
-        # The IO thread sleeps in epoll (used without the lock); a leading caller
-        # switches the socket's fd off there while it services the socket itself, so
-        # its answer does not wake the IO thread too. Leaders poll with their own
-        # poller, used only under the lock (poll objects must not be shared).
-        if _EPOLL:
-            self._io_poller = select.epoll()
-            self._io_poller.register(sock_fd, select.EPOLLIN)
-            self._io_poller.register(self._waker.fd, select.EPOLLIN)
-        else:  # pragma: no cover - no epoll: leaders cannot stop the IO thread waking
-            self._io_poller = select.poll()
-            self._io_poller.register(sock_fd, select.POLLIN)
-            self._io_poller.register(self._waker.fd, select.POLLIN)
+        self._sock_fd = sock.getsockopt(zmq.FD)
+        # Without epoll, leaders cannot stop the IO thread waking (see _io_watch).
+        self._io_poller = select.epoll() if _EPOLL else select.poll()
         self._lead_poller = select.poll()
-        self._lead_poller.register(sock_fd, select.POLLIN)
-        self._lead_poller.register(self._waker.fd, select.POLLIN)
+        for fd in (self._sock_fd, self._waker.fd):
+            self._io_poller.register(fd, select.POLLIN)    # EPOLLIN is POLLIN
+            self._lead_poller.register(fd, select.POLLIN)
         self._thread = threading.Thread(target=self._run, name="intercom-client", daemon=True)
         self._thread.start()
+
+    @property
+    def connected(self) -> bool:
+        return self._protocol.connected
 
     # -- public, any thread ---------------------------------------------------------
 
@@ -128,9 +103,9 @@ class Transport:
         return self._enqueue(env["id"], env)
 
     def request_send(self, to: str, msg_id: str, message: str) -> Reply:
-        """A quiet plain send (``call``/``send`` of text to ``to``), queued as the
-        tuple ``(to, id, message)``: runs of them to one target leave as one ``sends``
-        envelope. The future gets the broker's answer for this id."""
+        """A quiet plain send of text to ``to``, queued as ``(to, id, message)``: runs
+        of them to one target leave as one ``sends`` envelope. The future gets the
+        broker's answer for this id."""
         return self._enqueue(msg_id, (to, msg_id, message))
 
     def call(self, env: dict, timeout: float) -> dict | None:
@@ -141,16 +116,17 @@ class Transport:
         to be woken.
         """
         deadline = time.monotonic() + timeout
-        reply = self._register(env["id"], env)
-        if reply._state is PENDING:
-            self._outbox.append(env)
-            if not self.serve_until(lambda: reply._state is not PENDING, deadline):
-                if not self._waker.pending:
-                    self._waker.wake()
+        reply = Reply(self._cond, env)
+        refusal = self._request(env["id"], reply)
+        if refusal is not None:
+            resolve(self._cond, [(reply, refusal)])
+        elif not self.serve_until(lambda: reply._state is not PENDING, deadline):
+            if not self._waker.pending:
+                self._waker.wake()
         try:
             return reply.result(max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            self.forget(env["id"])
+            self._protocol.forget(env["id"])
             return None
 
     def serve_until(self, done: Callable[[], bool], deadline: float | None) -> bool:
@@ -175,7 +151,7 @@ class Transport:
 
     def post(self, env: dict) -> None:
         """Send an envelope that expects no answer."""
-        self._outbox.append(env)
+        self._protocol.post(env)
         if not self._waker.pending:
             self._waker.wake()
 
@@ -187,43 +163,24 @@ class Transport:
             # Only once nobody polls them any more (a thread still stuck holding the
             # socket keeps them open: better a leak than a reused descriptor).
             self._waker.close()
-        self._fail_owed(BusError("session_closed"))
+        resolve(self._cond, self._protocol.close())
 
-    def forget(self, msg_id: str) -> None:
-        """Stop waiting for ``msg_id`` (the caller gave up on it)."""
-        self._owed.pop(msg_id, None)
-
-    # -- internals shared by the IO thread and leading callers -----------------------------
-
-    def _register(self, msg_id: str, request: dict | tuple) -> Reply:
-        """A reply owed for ``request``; already failed when the transport is closed."""
-        reply = Reply(self._cond, request)
-        self._owed[msg_id] = reply
-        if self._dead:
-            self._refuse_closed(msg_id)
-        return reply
+    # -- internals ---------------------------------------------------------------------
 
     def _enqueue(self, msg_id: str, request: dict | tuple) -> Reply:
-        """Register a pipelined request and queue it for the outbox's next flush."""
-        reply = self._register(msg_id, request)
-        if reply._state is not PENDING:
-            return reply
-        outbox = self._outbox
-        outbox.append(request)
-        if not self._waker.pending:
+        """Queue a pipelined request for the next flush; its reply."""
+        reply = Reply(self._cond, request)
+        refusal = self._request(msg_id, reply)
+        if refusal is not None:
+            resolve(self._cond, [(reply, refusal)])
+        elif not self._waker.pending:
             self._waker.wake()
-        elif not len(outbox) % _YIELD_EVERY:
+        elif not self._queued() % _YIELD_EVERY:
             # The IO thread was woken to send these and waits for the interpreter,
             # which a thread that only queues gives up once per switch interval (5 ms):
             # hand it over now.
             time.sleep(0)
         return reply
-
-    def _refuse_closed(self, msg_id: str) -> None:
-        """A request registered after close began: fail it unless close already did."""
-        reply = self._owed.pop(msg_id, None)
-        if reply is not None:
-            self._resolve([(reply, BusError("session_closed").reply())])
 
     def _lead(self, done: Callable[[], bool], deadline: float | None) -> None:
         """Holding ``_io_lock``: service the socket until ``done()``, the deadline
@@ -236,24 +193,19 @@ class Transport:
         self._io_watch(False)
         try:
             while True:
-                if deadline is None:
-                    wait_s = _IDLE_POLL_S
-                else:
-                    wait_s = deadline - time.monotonic()
+                wait_s = TIMER_INTERVAL_S
+                if deadline is not None:
+                    wait_s = min(wait_s, deadline - time.monotonic())
                     if wait_s <= 0:
                         return
-                    if wait_s > _IDLE_POLL_S:
-                        wait_s = _IDLE_POLL_S
-                ready = poll(math.ceil(wait_s * 1000))
-                for fd, _ in ready:
+                for fd, _ in poll(math.ceil(wait_s * 1000)):
                     if fd == wake_fd:
                         self._waker.clear()
-                self._timers(time.monotonic())
+                self._protocol.timers(time.monotonic())
                 self._service()
                 if done() or self._closing:
                     return
         finally:
-            # Level-triggered: this wakes the IO thread at once if input is waiting.
             self._io_watch(True)
 
     def _io_watch(self, on: bool) -> None:
@@ -262,205 +214,78 @@ class Transport:
             self._io_poller.modify(self._sock_fd, select.EPOLLIN if on else 0)
 
     def _service(self) -> None:
-        """Holding ``_io_lock``: send what is queued, read what arrived, until both
-        are done; ends with a read that found nothing (see the module invariant)."""
-        outbox = self._outbox
+        """Holding ``_io_lock``: send what is due, read what arrived, until both are
+        done; ends with a read that found nothing (see the module invariants)."""
+        wants_to_send = self._protocol.wants_to_send
         while True:
-            if outbox:
+            if wants_to_send():
                 self._flush()
             self._drain()
-            if not outbox:
+            if not wants_to_send():
                 return
 
-    def _timers(self, now: float) -> float:
-        """Heartbeat and liveness; returns seconds until they next need a look."""
-        if now - self._last_sent >= HEARTBEAT_S:
-            self._send([envelope("hb")])
-        if self.connected.is_set() and now - self.last_heard > LIVENESS_S:
-            # The broker went quiet: assume it restarted and take the session back.
-            self.connected.clear()
-            self._say_hello()
-        return _IDLE_POLL_S
-
-    def _say_hello(self) -> None:
-        hello = self._hello()
-        self._hello_id = hello["id"]
-        self._outbox.appendleft(hello)
-
     def _flush(self) -> None:
-        """Send everything queued, in order, in as few frames as the limits allow."""
-        envs = take_envelopes(self._outbox)
-        if envs:
-            self._send(envs)
-
-    def _send(self, envs: list[dict]) -> None:
-        frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_FRAME_BYTES, self._packb)
-        for frame in frames:
+        send = self._sock.send
+        for frame in self._protocol.frames_to_send(time.monotonic()):
             try:
-                self._send_frame(frame, _NOBLOCK)
+                send(frame, _NOBLOCK)
             except zmq.Again:
-                self._send_frame(frame)   # queue full: wait for room rather than lose a request
-        self._last_sent = time.monotonic()
-        if oversize:
-            self._refuse_oversize(oversize)
-
-    def _refuse_oversize(self, envs: list[dict]) -> None:
-        """Requests the broker would refuse unread: answer them here, at once."""
-        answers = []
-        for env in envs:
-            size = len(self._packb(env))
-            ids = env["ids"] if env.get("k") == "sends" else [env.get("id")]
-            reply = BusError("request_too_large", size=size, limit=MAX_FRAME_BYTES).reply()
-            answers.extend((msg_id, dict(reply)) for msg_id in ids if isinstance(msg_id, str))
-        self._deliver([], [], answers)
+                send(frame)               # queue full: wait for room rather than lose a request
+        self._deliver()                   # requests refused as too large, if any
 
     def _drain(self) -> None:
-        recv, getsockopt = self._recv, self._getsockopt
-        msgs: list[dict] = []
-        events: list[dict] = []
-        answers: list[tuple[str, dict]] = []
+        recv, getsockopt = self._sock.recv, self._sock.getsockopt
+        receive_frame, monotonic = self._protocol.receive_frame, time.monotonic
         try:
-            self._read(recv, getsockopt, msgs, events, answers)
+            while getsockopt(_EVENTS) & _POLLIN:
+                try:
+                    frame = recv(_NOBLOCK)
+                except zmq.Again:
+                    break
+                receive_frame(frame, monotonic())
         finally:
             # Even when interrupted (a leader is a user's thread: KeyboardInterrupt),
             # what was read is queued and answered, not lost.
-            if msgs or events or answers:
-                self._deliver(msgs, events, answers)
+            self._deliver()
 
-    def _read(self, recv, getsockopt, msgs: list, events: list, answers: list) -> None:
-        while getsockopt(_EVENTS) & _POLLIN:
-            try:
-                frame = recv(_NOBLOCK)
-            except zmq.Again:
-                break
-            self.last_heard = time.monotonic()
-            try:
-                envs = unpack_frame(frame, MAX_INBOUND_FRAME_BYTES)
-            except BusError:
-                continue
-            for env in envs:
-                kind = env.get("k")
-                if kind == "result":
-                    re = env.get("re")
-                    if re is not None and re == self._hello_id:
-                        # What came before the welcome goes first; then the lists
-                        # are reused for what follows it.
-                        before = msgs[:], events[:], answers[:]
-                        del msgs[:], events[:], answers[:]
-                        self._deliver(*before)
-                        self._welcomed(env)
-                    elif env.get("code") == "not_connected":
-                        if self.connected.is_set():
-                            self.connected.clear()
-                            self._say_hello()
-                        # the request is resent after the new welcome
-                    elif isinstance(re, str):
-                        env.pop("v", None)
-                        del env["k"]
-                        del env["re"]
-                        answers.append((re, env))
-                elif kind == "msg":
-                    msgs.append(env)
-                elif kind == "msgs":
-                    expand_msgs(env, msgs)
-                elif kind == "acks":
-                    ids = env.get("ids")
-                    if ids.__class__ is list:
-                        # A bare id stands for "acknowledged": the answer dict is made
-                        # only for an id still owed (anything but str is skipped then).
-                        answers.extend(ids)
-                elif kind == "event":
-                    events.append(env)
-
-    def _deliver(self, msgs: list, events: list, answers: list) -> None:
-        """Queue inbound envelopes, then resolve the answers that came with them:
-        ``(id, answer)`` pairs, and bare ids of acknowledged sends."""
-        if msgs or events:
-            self._on_inbound(msgs, events)
-        if not answers:
-            return
-        pop = self._owed.pop
-        done = []
-        for answer in answers:
-            if answer.__class__ is str:
-                reply = pop(answer, None)
-                if reply is not None:
-                    done.append((reply, {"ok": True, "delivered": True, "messageId": answer}))
-            elif answer.__class__ is tuple:
-                reply = pop(answer[0], None)
-                if reply is not None:
-                    done.append((reply, answer[1]))
-        if done:
-            self._resolve(done)
-
-    def _resolve(self, done: list[tuple[Reply, Any]]) -> None:
-        callbacks = []
-        with self._cond:
-            for reply, value in done:
-                if reply._state in OPEN:
-                    reply._result = value
-                    reply._state = FINISHED
-                    if reply.waiter_list:
-                        for waiter in reply.waiter_list:
-                            waiter.add_result(reply)
-                    if reply.callback_list:
-                        callbacks.append(reply)
-            self._cond.notify_all()
-        for reply in callbacks:
-            reply._invoke_callbacks()
-
-    def _welcomed(self, env: dict) -> None:
-        self._hello_id = None
-        result = _strip(env)
-        self._on_welcome(result)
-        if not env.get("ok"):
-            return
-        self.connected.set()
-        pending = [reply.request for reply in list(self._owed.values())]
-        self._outbox.extend(pending)
-
-    def _fail_owed(self, error: BusError) -> None:
-        self._dead = True
-        owed = self._owed
-        failed = []
-        while True:
-            try:
-                _, reply = owed.popitem()
-            except KeyError:
-                break
-            failed.append((reply, error.reply()))
-        self._resolve(failed)
+    def _deliver(self) -> None:
+        """Act on what the protocol reports, in its order."""
+        for event in self._protocol.next_events():
+            if event.__class__ is Inbound:
+                if event.msgs or event.events:
+                    self._on_inbound(event.msgs, event.events)
+                if event.answers:
+                    resolve(self._cond, event.answers)
+            else:
+                self._on_welcome(event.result)
 
     # -- IO thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
         poll = self._io_poller.poll
+        timeout = TIMER_INTERVAL_S if _EPOLL else TIMER_INTERVAL_S * 1000
         lock = self._io_lock
         wake_fd = self._waker.fd
+        protocol = self._protocol
         ready: list = []
         try:
             with lock:
-                self._say_hello()
-                self._service()
+                self._service()       # the first hello
             while True:
                 with lock:
                     if self._closing:
-                        if self._sock_open and self._outbox:
+                        if protocol.wants_to_send():
                             self._flush()
                         break
                     for fd, _ in ready:
                         if fd == wake_fd:
                             self._waker.clear()
-                    wait_s = self._timers(time.monotonic())
+                    protocol.timers(time.monotonic())
                     self._service()
-                ready = poll(wait_s if _EPOLL else wait_s * 1000)
+                ready = poll(timeout)
         finally:
             with lock:
                 self._sock_open = False
                 self._sock.close()
                 if _EPOLL:
                     self._io_poller.close()
-
-
-def _strip(env: dict) -> dict[str, Any]:
-    return {k: v for k, v in env.items() if k not in ("v", "k", "re")}

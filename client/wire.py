@@ -1,6 +1,6 @@
 """What the client puts into frames and takes out of them, beyond single envelopes.
 
-Outbound, the transport's outbox holds envelopes (dicts) and pipelined plain sends
+Outbound, the protocol's outbox holds envelopes (dicts) and pipelined plain sends
 queued as ``(to, id, message)`` tuples; :func:`take_envelopes` empties it in order,
 packing each run of tuples to one target into one ``sends`` envelope. Inbound,
 :func:`expand_msgs` turns a ``msgs`` envelope back into the ``msg`` dicts it stands

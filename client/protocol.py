@@ -1,0 +1,305 @@
+"""The client's side of the wire protocol, sans IO: what to send, and what came back.
+
+:class:`ClientProtocol` has no socket, thread or clock (the h11 model). Its driver
+hands it every frame the broker sends with the monotonic time (:meth:`receive_frame`),
+calls :meth:`timers` at least every ``TIMER_INTERVAL_S``, sends the frames of
+:meth:`frames_to_send`, and acts on :meth:`next_events` in their order:
+:class:`Inbound` (queue its messages and presence events, then resolve its answers)
+and :class:`Welcome` (the broker's answer to a hello).
+
+Theory of operation:
+
+* Each request owed an answer is in the owed table, id -> owed object (the driver's
+  reply future; the protocol reads only its ``request``: the envelope, or the
+  ``(to, id, message)`` tuple of a plain send), in the order it was made. An answer
+  pops its entry, so it is answered at most once; an answer for an id not owed (given
+  up, answered already, never asked) is dropped.
+* The connection is the state machine :data:`_NEXT`, keyed (state, input). Entering
+  GREETING makes a hello due; it is built when the next frames are, so it carries
+  what the last welcome said. Entering CONNECTED queues every owed request again, in
+  order, under its own id (the broker deduplicates them), behind the hello. Requests
+  made while not CONNECTED still go out; the broker answers them ``not_connected``,
+  which is an input here, not their answer: they go again after the welcome.
+* What arrived before a welcome is reported before it, what arrived after, after it.
+* Closing is a latch outside the state machine (any thread sets it): every owed
+  request fails with ``session_closed``, and so does every request made later.
+
+Threads: no lock. The caller side (:meth:`request`, :meth:`post`, :meth:`forget`,
+:meth:`close`, :attr:`queued`) only appends to the outbox deque and sets or pops
+single keys of the owed dict, which CPython does atomically: any thread, any time.
+Close sets the latch, then empties the table; a request that finds the latch set
+pops its own entry; whichever side pops an entry answers it, exactly once. The rest
+is the socket side: one thread at a time, the one the driver lets touch the socket.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from schemas.errors import BusError
+from schemas.limits import HEARTBEAT_S, LIVENESS_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
+from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
+
+from .wire import expand_msgs, take_envelopes
+
+TIMER_INTERVAL_S = HEARTBEAT_S / 2     # the longest a driver may go without timers()
+
+
+class Owed(Protocol):
+    """What the protocol keeps for a request owed an answer: the driver's reply."""
+
+    request: dict | tuple              # what was queued; queued again after a re-welcome
+
+
+class State(enum.Enum):
+    GREETING = "greeting"      # a hello is due or out, and not answered yet
+    CONNECTED = "connected"    # welcomed: the broker knows this session
+    REFUSED = "refused"        # the broker refused the last hello: requests time out
+
+
+class Input(enum.Enum):
+    WELCOME = "welcome"              # the current hello answered ok
+    REFUSAL = "refusal"              # the current hello answered with an error
+    NOT_CONNECTED = "not_connected"  # a request answered not_connected: broker forgot us
+    SILENCE = "silence"              # nothing heard from the broker for LIVENESS_S
+
+
+# (state, input) -> next state. A pair not listed changes nothing: while greeting, a
+# not_connected answer is served by the hello already due or out, and silence is
+# expected (no session to hear from yet); a refused session stays refused.
+_NEXT: dict[tuple[State, Input], State] = {
+    (State.GREETING, Input.WELCOME): State.CONNECTED,
+    (State.GREETING, Input.REFUSAL): State.REFUSED,
+    (State.CONNECTED, Input.NOT_CONNECTED): State.GREETING,
+    (State.CONNECTED, Input.SILENCE): State.GREETING,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """What arrived (or was refused here) since the last event, in arrival order:
+    ``msg`` envelopes (``msgs`` expanded) and ``event`` envelopes to queue first, then
+    ``(owed, answer)`` pairs to resolve, each owed object already out of the table."""
+
+    msgs: list[dict]
+    events: list[dict]
+    answers: list[tuple[Any, dict]]
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """The answer to the current hello without ``v``, ``k`` and ``re``: ``ok`` and the
+    session's identity, or the broker's refusal."""
+
+    result: dict[str, Any]
+
+
+class ClientProtocol:
+    """One session's protocol state. ``hello()`` builds a hello envelope (with ``id``)
+    from what the session knows, on the socket side, whenever one is due."""
+
+    def __init__(self, hello: Callable[[], dict]) -> None:
+        self._hello = hello
+        self._outbox: deque = deque()          # envelopes and plain-send tuples, in order
+        self._owed: dict[str, Owed] = {}
+        self.closed = False
+        self.state = State.GREETING
+        self.last_heard = 0.0                  # monotonic time of the broker's last frame
+        self._last_sent = 0.0
+        self._hello_due = True
+        self._hello_id: str | None = None     # the hello out; its answer is the welcome
+        self._heartbeat_due = False
+        self._packb = new_packer()             # socket side only
+        self._msgs: list[dict] = []
+        self._events: list[dict] = []
+        self._answers: list[tuple[Any, dict]] = []
+        self._ready: list[Inbound | Welcome] = []
+        # Items queued and not taken yet (any thread): a C method, as senders call it often.
+        self.queued: Callable[[], int] = self._outbox.__len__
+
+    @property
+    def connected(self) -> bool:
+        return self.state is State.CONNECTED
+
+    # -- caller side: any thread --------------------------------------------------------
+
+    def request(self, msg_id: str, owed: Owed) -> dict | None:
+        """Queue ``owed.request`` (id ``msg_id``) and owe ``owed`` its answer.
+
+        Returns None, or once closed the ``session_closed`` answer to give ``owed`` now
+        (None then too if :meth:`close`, on another thread, is giving it instead).
+        """
+        table = self._owed
+        table[msg_id] = owed
+        if self.closed:
+            if table.pop(msg_id, None) is None:
+                return None
+            return BusError("session_closed").reply()
+        self._outbox.append(owed.request)
+        return None
+
+    def post(self, env: dict) -> None:
+        """Queue an envelope that gets no answer."""
+        self._outbox.append(env)
+
+    def forget(self, msg_id: str) -> None:
+        """Owe nothing for ``msg_id`` any more (its caller gave up): a late answer is
+        dropped, and a re-welcome does not send it again."""
+        self._owed.pop(msg_id, None)
+
+    def close(self) -> list[tuple[Any, dict]]:
+        """Owe nothing any more; returns each owed object with its ``session_closed``
+        answer. Requests made from now on are refused the same way."""
+        self.closed = True
+        popitem = self._owed.popitem
+        failed = []
+        try:
+            while True:
+                failed.append((popitem()[1], BusError("session_closed").reply()))
+        except KeyError:
+            return failed
+
+    # -- socket side: one thread at a time -----------------------------------------------
+
+    def wants_to_send(self) -> bool:
+        return bool(self._outbox) or self._hello_due or self._heartbeat_due
+
+    def frames_to_send(self, now: float) -> list[bytes]:
+        """Everything due, in order, in as few frames as the limits allow: a due hello
+        first, then what callers queued (each run of plain sends to one target as one
+        ``sends`` envelope), then a due heartbeat. A request too large for a frame is
+        left out and answered ``request_too_large`` in the next events."""
+        envs = take_envelopes(self._outbox)
+        if self._hello_due:
+            self._hello_due = False
+            hello = self._hello()
+            self._hello_id = hello["id"]
+            envs.insert(0, hello)
+        if self._heartbeat_due:
+            self._heartbeat_due = False
+            envs.append(envelope("hb"))
+        if not envs:
+            return []
+        frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_FRAME_BYTES, self._packb)
+        self._last_sent = now
+        if oversize:
+            self._refuse_oversize(oversize)
+        return frames
+
+    def receive_frame(self, frame: bytes, now: float) -> None:
+        """Read one frame from the broker; what it meant is in the next events. A frame
+        that does not decode is dropped, but still shows the broker alive."""
+        self.last_heard = now
+        try:
+            envs = unpack_frame(frame, MAX_INBOUND_FRAME_BYTES)
+        except BusError:
+            return
+        handlers = _HANDLERS
+        for env in envs:
+            kind = env.get("k")
+            if kind.__class__ is str:
+                handler = handlers.get(kind)
+                if handler is not None:
+                    handler(self, env)
+
+    def timers(self, now: float) -> None:
+        """A heartbeat is due after HEARTBEAT_S without sending; a connected session
+        that heard nothing for LIVENESS_S assumes the broker restarted or forgot it,
+        and says hello again."""
+        if now - self._last_sent >= HEARTBEAT_S:
+            self._heartbeat_due = True
+        if now - self.last_heard > LIVENESS_S:
+            self._step(Input.SILENCE)
+
+    def next_events(self) -> list[Inbound | Welcome]:
+        """What happened since the last call, oldest first; empty if nothing did."""
+        self._end_inbound()
+        ready = self._ready
+        if ready:
+            self._ready = []
+        return ready
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _step(self, event: Input) -> None:
+        state = _NEXT.get((self.state, event))
+        if state is None:
+            return
+        self.state = state
+        if state is State.GREETING:
+            self._hello_due = True
+        elif state is State.CONNECTED:
+            self._outbox.extend([owed.request for owed in list(self._owed.values())])
+
+    def _end_inbound(self) -> None:
+        if self._msgs or self._events or self._answers:
+            self._ready.append(Inbound(self._msgs, self._events, self._answers))
+            self._msgs, self._events, self._answers = [], [], []
+
+    def _on_result(self, env: dict) -> None:
+        re = env.get("re")
+        if re is not None and re == self._hello_id:
+            self._hello_id = None
+            self._end_inbound()
+            self._ready.append(Welcome({k: v for k, v in env.items()
+                                        if k not in ("v", "k", "re")}))
+            self._step(Input.WELCOME if env.get("ok") else Input.REFUSAL)
+        elif env.get("code") == "not_connected":
+            self._step(Input.NOT_CONNECTED)
+        elif re.__class__ is str:
+            owed = self._owed.pop(re, None)
+            if owed is not None:
+                env.pop("v", None)
+                del env["k"]
+                del env["re"]
+                self._answers.append((owed, env))
+
+    def _on_acks(self, env: dict) -> None:
+        ids = env.get("ids")
+        if ids.__class__ is not list:
+            return
+        # A bare id stands for "delivered": its answer dict is made only for an id
+        # still owed (anything but a str is skipped).
+        pop = self._owed.pop
+        answers = self._answers
+        for msg_id in ids:
+            if msg_id.__class__ is str:
+                owed = pop(msg_id, None)
+                if owed is not None:
+                    answers.append((owed, {"ok": True, "delivered": True, "messageId": msg_id}))
+
+    def _on_msg(self, env: dict) -> None:
+        self._msgs.append(env)
+
+    def _on_msgs(self, env: dict) -> None:
+        expand_msgs(env, self._msgs)
+
+    def _on_event(self, env: dict) -> None:
+        self._events.append(env)
+
+    def _refuse_oversize(self, envs: list[dict]) -> None:
+        """Requests the broker would refuse unread: answer them here, at once."""
+        pop = self._owed.pop
+        for env in envs:
+            error = BusError("request_too_large", size=len(self._packb(env)),
+                             limit=MAX_FRAME_BYTES)
+            ids = env["ids"] if env.get("k") == "sends" else [env.get("id")]
+            for msg_id in ids:
+                if msg_id.__class__ is str:
+                    owed = pop(msg_id, None)
+                    if owed is not None:
+                        self._answers.append((owed, error.reply()))
+
+
+# Broker kinds by what reading them does; ``hb`` (and anything unknown) only shows the
+# broker alive.
+_HANDLERS: dict[str, Callable[[ClientProtocol, dict], None]] = {
+    "result": ClientProtocol._on_result,
+    "acks": ClientProtocol._on_acks,
+    "msg": ClientProtocol._on_msg,
+    "msgs": ClientProtocol._on_msgs,
+    "event": ClientProtocol._on_event,
+}

@@ -1,0 +1,280 @@
+"""ClientProtocol with no socket: frames in, frames and events out, a fake clock."""
+
+from __future__ import annotations
+
+import ast
+import gc
+import itertools
+from pathlib import Path
+from typing import Any
+
+import client.protocol
+from client.protocol import ClientProtocol, Inbound, State, Welcome
+from schemas.limits import HEARTBEAT_S, LIVENESS_S, MAX_FRAME_BYTES
+from schemas.protocol import envelope, pack, unpack_frame
+
+
+class Owed:
+    """Stands in for the driver's reply: the request it was made for."""
+
+    def __init__(self, request: dict | tuple) -> None:
+        self.request = request
+
+
+class Peer:
+    """Drives one protocol as a broker would see it, on a clock that only jumps."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.session_id: str | None = None
+        self._hellos = itertools.count(1)
+        self.protocol = ClientProtocol(self._hello)
+
+    def _hello(self) -> dict:
+        fields: dict[str, Any] = {"name": "tester"}
+        if self.session_id is not None:
+            fields["sessionId"] = self.session_id
+        return envelope("hello", id=f"hello-{next(self._hellos)}", **fields)
+
+    def jump(self, seconds: float) -> None:
+        self.now += seconds
+        self.protocol.timers(self.now)
+
+    def sent(self) -> list[dict]:
+        """Every envelope the protocol sends now, in order."""
+        frames = self.protocol.frames_to_send(self.now)
+        return [env for frame in frames for env in unpack_frame(frame, 4 * MAX_FRAME_BYTES)]
+
+    def feed(self, *envs: dict) -> None:
+        """One frame from the broker: a single envelope, or a batch."""
+        self.protocol.receive_frame(pack(envs[0] if len(envs) == 1 else list(envs)), self.now)
+
+    def events(self) -> list:
+        return self.protocol.next_events()
+
+    def answers(self) -> list[tuple[Any, dict]]:
+        return [pair for e in self.events() if isinstance(e, Inbound) for pair in e.answers]
+
+    def welcome(self, hello: dict, **fields: Any) -> None:
+        self.feed(envelope("result", re=hello["id"], ok=True, sessionId="s1", **fields))
+
+    def call(self, msg_id: str, **fields: Any) -> Owed:
+        owed = Owed(envelope("call", id=msg_id, action="list", **fields))
+        assert self.protocol.request(msg_id, owed) is None
+        return owed
+
+    def send(self, to: str, msg_id: str, text: str) -> Owed:
+        owed = Owed((to, msg_id, text))
+        assert self.protocol.request(msg_id, owed) is None
+        return owed
+
+
+def connected_peer() -> Peer:
+    peer = Peer()
+    (hello,) = peer.sent()
+    peer.welcome(hello)
+    peer.session_id = "s1"
+    peer.events()
+    return peer
+
+
+def result(re: str, **fields: Any) -> dict:
+    return envelope("result", re=re, **fields)
+
+
+def test_the_first_frame_says_hello():
+    peer = Peer()
+    assert peer.sent() == [envelope("hello", id="hello-1", name="tester")]
+    assert peer.protocol.state is State.GREETING
+
+
+def test_the_welcome_is_reported_without_its_envelope_keys_and_connects():
+    peer = Peer()
+    (hello,) = peer.sent()
+    peer.welcome(hello, token="t")
+    assert peer.events() == [Welcome({"ok": True, "sessionId": "s1", "token": "t"})]
+    assert peer.protocol.connected
+
+
+def test_a_refused_hello_is_reported_and_leaves_the_session_refused():
+    peer = Peer()
+    (hello,) = peer.sent()
+    peer.feed(result(hello["id"], ok=False, code="name_taken", error="taken"))
+    assert peer.events() == [Welcome({"ok": False, "code": "name_taken", "error": "taken"})]
+    assert peer.protocol.state is State.REFUSED
+    assert peer.sent() == []
+
+
+def test_a_request_gets_its_answer():
+    peer = connected_peer()
+    owed = peer.call("c1")
+    assert peer.sent() == [owed.request]
+    peer.feed(result("c1", ok=True, sessions=[]))
+    assert peer.answers() == [(owed, {"ok": True, "sessions": []})]
+
+
+def test_a_bare_ack_resolves_as_delivered():
+    peer = connected_peer()
+    owed = peer.send("bob", "m1", "hi")
+    peer.sent()
+    peer.feed(envelope("acks", ids=["m1"]))
+    assert peer.answers() == [(owed, {"ok": True, "delivered": True, "messageId": "m1"})]
+
+
+def test_an_answer_for_an_id_not_owed_is_dropped():
+    peer = connected_peer()
+    peer.call("c1")
+    peer.protocol.forget("c1")
+    peer.feed(result("c1", ok=True), envelope("acks", ids=["c1", "m9", 7]))
+    assert peer.events() == []
+
+
+def test_a_rewelcome_resends_every_owed_request_under_the_same_id_in_order_after_the_hello():
+    peer = connected_peer()
+    first, _, third = peer.call("c1"), peer.send("bob", "m2", "hi"), peer.call("c3")
+    peer.sent()
+    peer.feed(result("c1", code="not_connected", ok=False))
+    (hello,) = peer.sent()
+    peer.welcome(hello)
+    assert peer.sent() == [first.request,
+                           envelope("sends", to="bob", ids=["m2"], messages=["hi"]),
+                           third.request]
+
+
+def test_a_second_hello_carries_what_the_last_welcome_said():
+    peer = connected_peer()
+    peer.jump(LIVENESS_S + 0.1)
+    assert [env for env in peer.sent() if env["k"] == "hello"] == [
+        envelope("hello", id="hello-2", name="tester", sessionId="s1")]
+
+
+def test_broker_silent_past_liveness_says_hello_again():
+    peer = connected_peer()
+    peer.jump(LIVENESS_S + 0.1)
+    assert peer.protocol.state is State.GREETING
+    assert [env["k"] for env in peer.sent()] == ["hello", "hb"]
+
+
+def test_broker_heard_within_liveness_says_no_hello():
+    peer = connected_peer()
+    peer.now += LIVENESS_S - 0.1
+    peer.feed(envelope("hb"))
+    peer.jump(0.2)
+    assert peer.protocol.connected
+    assert [env["k"] for env in peer.sent()] == ["hb"]
+
+
+def test_not_connected_triggers_one_hello_and_the_request_is_resent_after_the_welcome():
+    peer = connected_peer()
+    first, second = peer.call("c1"), peer.call("c2")
+    peer.sent()
+    peer.feed(result("c1", ok=False, code="not_connected"),
+              result("c2", ok=False, code="not_connected"))
+    (hello,) = peer.sent()
+    assert hello["k"] == "hello"
+    assert peer.answers() == []
+    peer.welcome(hello)
+    assert peer.sent() == [first.request, second.request]
+
+
+def test_heartbeat_is_sent_when_nothing_was_sent_for_heartbeat_s():
+    peer = connected_peer()
+    peer.jump(HEARTBEAT_S - 0.1)
+    assert peer.sent() == []
+    peer.jump(0.1)
+    assert peer.sent() == [envelope("hb")]
+
+
+def test_sending_anything_puts_the_heartbeat_off():
+    peer = connected_peer()
+    peer.jump(HEARTBEAT_S / 2)
+    peer.call("c1")
+    peer.sent()
+    peer.jump(HEARTBEAT_S / 2 + 0.1)
+    assert peer.sent() == []
+
+
+def test_an_oversize_request_is_refused_locally_with_request_too_large():
+    peer = connected_peer()
+    small = peer.call("c1")
+    big = peer.call("c2", message="x" * MAX_FRAME_BYTES)
+    assert peer.sent() == [small.request]
+    ((owed, answer),) = peer.answers()
+    assert owed is big and answer["code"] == "request_too_large"
+    assert answer["ok"] is False and str(MAX_FRAME_BYTES) in answer["error"]
+
+
+def test_an_oversize_plain_send_is_refused_locally_with_request_too_large():
+    peer = connected_peer()
+    big = peer.send("bob", "m1", "x" * MAX_FRAME_BYTES)
+    assert peer.sent() == []
+    assert [(owed, answer["code"]) for owed, answer in peer.answers()] == [
+        (big, "request_too_large")]
+
+
+def test_messages_that_arrived_before_the_welcome_are_reported_before_it():
+    peer = Peer()
+    (hello,) = peer.sent()
+    early = envelope("msg", id="m1", message="early")
+    joined = envelope("event", event="session_joined")
+    late = envelope("msg", id="m2", message="late")
+    peer.feed(early, joined, result(hello["id"], ok=True), late)
+    assert peer.events() == [Inbound([early], [joined], []), Welcome({"ok": True}),
+                             Inbound([late], [], [])]
+
+
+def test_a_msgs_envelope_expands_into_one_untracked_msg_per_message():
+    peer = connected_peer()
+    peer.feed(envelope("msgs", ids=["m1", "m2"], messages=["a", "b"], sentAt=5.0,
+                       fromName="bob", **{"from": "s2"}))
+    (inbound,) = peer.events()
+    assert inbound.msgs == [
+        {"id": "m1", "message": "a", "sentAt": 5.0, "expectsReply": False,
+         "fromName": "bob", "from": "s2"},
+        {"id": "m2", "message": "b", "sentAt": 5.0, "expectsReply": False,
+         "fromName": "bob", "from": "s2"}]
+    assert not any(gc.is_tracked(msg) for msg in inbound.msgs)
+
+
+def test_close_fails_owed_requests_with_session_closed():
+    peer = connected_peer()
+    first, second = peer.call("c1"), peer.send("bob", "m2", "hi")
+    failed = peer.protocol.close()
+    assert {owed: answer["code"] for owed, answer in failed} == {
+        first: "session_closed", second: "session_closed"}
+    assert len(failed) == 2
+
+
+def test_a_request_made_after_close_is_refused_at_once_and_not_sent():
+    peer = connected_peer()
+    peer.protocol.close()
+    answer = peer.protocol.request("c1", Owed(envelope("call", id="c1")))
+    assert answer["code"] == "session_closed"
+    assert peer.sent() == []
+
+
+def test_pipelined_sends_to_one_target_coalesce_into_one_sends_envelope():
+    peer = connected_peer()
+    for n in range(3):
+        peer.send("bob", f"m{n}", f"text {n}")
+    peer.send("carol", "m3", "other")
+    assert peer.sent() == [
+        envelope("sends", to="bob", ids=["m0", "m1", "m2"], messages=["text 0", "text 1", "text 2"]),
+        envelope("sends", to="carol", ids=["m3"], messages=["other"])]
+
+
+def test_an_undecodable_frame_is_dropped_but_shows_the_broker_alive():
+    peer = connected_peer()
+    peer.now += LIVENESS_S
+    peer.protocol.receive_frame(b"\xc1 not msgpack", peer.now)
+    peer.jump(0.5)
+    assert peer.events() == [] and peer.protocol.connected
+
+
+def test_the_protocol_module_imports_nothing_that_does_io():
+    tree = ast.parse(Path(client.protocol.__file__).read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.level == 0}
+    assert not imported & {"zmq", "threading", "select", "time", "socket", "asyncio"}
