@@ -220,8 +220,9 @@ def role_scaling_observer(endpoint: str) -> None:
     so far. ``{"cmd": "wait_lefts", "mark", "prefix", "n", "timeout"}`` -> ``lefts``:
     waits (the probe calling ``status`` meanwhile) for ``n`` departures of sessions
     named ``prefix...`` after ``mark``; their first and last arrival times
-    (CLOCK_MONOTONIC, as the parent's), departures of other sessions, and the
-    probe's ``list`` count afterwards.
+    (CLOCK_MONOTONIC, as the parent's). ``{"cmd": "since", "mark", "prefix"}`` ->
+    ``since``: departures of sessions not so named after ``mark``, joins after it,
+    and the probe's ``list`` count now.
     """
     from benchkit.load_observers import Prober, Watcher
 
@@ -239,6 +240,14 @@ def role_scaling_observer(endpoint: str) -> None:
                      joins=sum(1 for _, e, _, _ in evs if e == "session_joined"))
                 continue
             prefix, mark = cmd["prefix"], cmd["mark"]
+            if cmd["cmd"] == "since":
+                evs = watcher.snapshot(mark)
+                listed = probe.intercom(action="list")
+                emit("since", others=[name for _, e, name, _ in evs
+                                      if e == "session_left" and not name.startswith(prefix)],
+                     joins=[name for _, e, name, _ in evs if e == "session_joined"],
+                     visible=len(listed["sessions"]) if listed.get("ok") else None)
+                continue
 
             def victims(evs):
                 return [t for t, e, name, _ in evs
@@ -247,16 +256,9 @@ def role_scaling_observer(endpoint: str) -> None:
             with Prober(probe) as prober:
                 ok = watcher.wait_for(lambda evs: len(victims(evs)) >= cmd["n"],
                                       cmd["timeout"], mark)
-                time.sleep(0.5)          # anything arriving right after
-            evs = watcher.snapshot(mark)
-            seen = victims(evs)
-            listed = probe.intercom(action="list")
+            seen = victims(watcher.snapshot(mark))
             emit("lefts", ok=bool(ok), seen=len(seen),
                  first=min(seen, default=None), last=max(seen, default=None),
-                 others=[name for _, e, name, _ in evs
-                         if e == "session_left" and not name.startswith(prefix)],
-                 joins=[name for _, e, name, _ in evs if e == "session_joined"],
-                 visible=len(listed.get("sessions", [])) if listed.get("ok") else None,
                  status_p50_ms=pct(prober.times, 50) * 1e3,
                  status_p99_ms=pct(prober.times, 99) * 1e3,
                  status_max_ms=max(prober.times, default=float("nan")) * 1e3,
@@ -494,25 +496,29 @@ def measure_departure(h: Harness, cfg: Config, n: int) -> dict:
         seen = observer.expect("lefts", budget + 30)
         rc = victim.stop(signal.SIGKILL, 5)
         h.stop(victim)
+        # Healthy sessions the storm got expired come back (and leave again) late.
+        time.sleep(SETTLE_S)
+        left2, _ = _counts(survivors, "session_left")
         joined1, disconnected = _counts(survivors, "session_joined")
+        since = _ask(observer, "since", 30, cmd="since", mark=marked["mark"], prefix=prefix)
         watchers = n_survivors + 2                    # + the observer's watcher and probe
         pairs = n_victim * watchers
         out.update(
             victims=n_victim, survivors=n_survivors, victim_rc=rc, reached=ok,
-            lefts_taken=left1 - left0, lefts_wanted=want, all_s=t_all - t_kill,
+            lefts_taken=left1 - left0, lefts_wanted=want, lefts_extra=left2 - left0 - want,
+            all_s=t_all - t_kill,
             first_s=(seen["first"] - t_kill) if seen["first"] is not None else None,
             last_s=(seen["last"] - t_kill) if seen["last"] is not None else None,
             watcher_seen=seen["seen"], pairs=pairs, idle_cpu_rate=idle_rate,
             broker_cpu_s=cpu_all - cpu_kill,
             cpu_us_per_pair=max(0.0, cpu_all - cpu_kill - idle_rate * (t_all - t_kill))
             / pairs * 1e6,
-            expired_after=seen["others"], rejoined_after=joined1 - joined0,
-            disconnected=disconnected, visible_after=seen["visible"],
+            expired_after=since["others"], rejoined_after=joined1 - joined0,
+            disconnected=disconnected, visible_after=since["visible"],
             visible_want=n_survivors + 1, status=seen)
         if seen["first"] is not None:
             out["after_first_us_per_pair"] = (t_all - seen["first"]) / pairs * 1e6
-        healthy = set(out["expired_before"]) | {nm for nm in seen["others"]
-                                                  if not nm.startswith("bench-")}
+        healthy = set(out["expired_before"]) | set(since["others"])
         out["healthy_expired"] = len(healthy)
         if not ok:
             out["anomalies"].append(f"survivors took {left1 - left0:,}/{want:,} session_left "
@@ -520,13 +526,16 @@ def measure_departure(h: Harness, cfg: Config, n: int) -> dict:
         if seen["seen"] != n_victim:
             out["anomalies"].append(f"watcher saw {seen['seen']}/{n_victim} departures")
         if healthy:
-            out["anomalies"].append(f"{len(healthy)} healthy sessions expired, e.g. "
+            out["anomalies"].append(f"{len(healthy)} healthy sessions expired (the times "
+                                    f"above count their departures too), e.g. "
                                     f"{sorted(healthy)[:3]}")
-        if out["rejoined_after"] or disconnected:
-            out["anomalies"].append(f"after the kill: {out['rejoined_after']} session_joined "
-                                    f"taken by survivors, {disconnected} not connected")
-        if seen["visible"] != n_survivors + 1:
-            out["anomalies"].append(f"list afterwards: {seen['visible']} visible, expected "
+        if out["rejoined_after"] or out["lefts_extra"] or disconnected:
+            out["anomalies"].append(f"after the kill survivors took {out['lefts_extra']} "
+                                    f"session_left beyond the departed and "
+                                    f"{out['rejoined_after']} session_joined; {disconnected} "
+                                    f"not connected")
+        if since["visible"] != n_survivors + 1:
+            out["anomalies"].append(f"list afterwards: {since['visible']} visible, expected "
                                     f"{n_survivors + 1}")
         if rc != -signal.SIGKILL:
             out["anomalies"].append(f"killed worker exit status {rc}")
