@@ -421,7 +421,7 @@ def _counts(workers: list[Proc], event: str) -> tuple[int, int]:
     not connected."""
     for w in workers:
         w.tell(json.dumps({"cmd": "counts"}))
-    got = [w.expect("counts", 30) for w in workers]
+    got = [w.expect("counts", 120) for w in workers]   # slow when the box is busy
     return (sum(c["events"].get(event, 0) for c in got),
             sum(c["disconnected"] for c in got))
 
@@ -448,6 +448,7 @@ def measure_departure(h: Harness, cfg: Config, n: int) -> dict:
     observer = h.spawn_role("scaling_observer", endpoint=ep.router)
     workers: list[Proc] = []
     out: dict[str, Any] = {"n": n, "shares": shares, "anomalies": []}
+    step = "start"
     try:
         observer.expect("ready", 30)
         for i, share in enumerate(shares):
@@ -455,6 +456,7 @@ def measure_departure(h: Harness, cfg: Config, n: int) -> dict:
         for w in workers:
             w.check = lambda: broker.popen.poll() is None or _gone(broker)
             w.expect("started", 60)
+        step = "connect"
         t0 = time.monotonic()
         for w in workers:
             w.tell(json.dumps({"cmd": "go"}))
@@ -467,6 +469,7 @@ def measure_departure(h: Harness, cfg: Config, n: int) -> dict:
                                         f"e.g. {c['errors'][:2]}")
         # The connect storm must be delivered before the kill: each session takes a
         # session_joined for every session that connected after it.
+        step = "join catch-up"
         total = sum(held)
         joins, t_joined, ok = _wait_counts(workers, "session_joined",
                                            total * (total - 1) // 2, phase_s)
@@ -474,6 +477,7 @@ def measure_departure(h: Harness, cfg: Config, n: int) -> dict:
         if not ok:
             out["anomalies"].append(f"presence catch-up: {joins:,}/{total * (total - 1) // 2:,}"
                                     f" session_joined taken by the workers")
+        step = "kill"
         marked = _ask(observer, "marked", 30, cmd="mark")
         out["expired_before"] = [nm for nm in marked["lefts"] if not nm.startswith("bench-")]
         survivors, victim = workers[:-1], workers[-1]
@@ -496,6 +500,7 @@ def measure_departure(h: Harness, cfg: Config, n: int) -> dict:
         seen = observer.expect("lefts", budget + 30)
         rc = victim.stop(signal.SIGKILL, 5)
         h.stop(victim)
+        step = "after the kill"
         # Healthy sessions the storm got expired come back (and leave again) late.
         time.sleep(SETTLE_S)
         left2, _ = _counts(survivors, "session_left")
@@ -540,6 +545,8 @@ def measure_departure(h: Harness, cfg: Config, n: int) -> dict:
         if rc != -signal.SIGKILL:
             out["anomalies"].append(f"killed worker exit status {rc}")
         return out
+    except RoleError as exc:
+        raise RoleError(f"{step}: {exc}") from exc
     finally:
         for w in workers:
             w.check = None
