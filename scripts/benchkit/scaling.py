@@ -598,6 +598,9 @@ def part_departure(h: Harness, cfg: Config, results: Results) -> None:
 
     what = f"{large} vs {small} sessions"
     fail_note = "".join(f"; {n} sessions FAILED: {text}" for n, text in failed.items())
+    fail_note += "".join(f"; {n} sessions: NOT all seen, {r['lefts_taken']:,}/"
+                         f"{r['lefts_wanted']:,} when the wait ended"
+                         for n, r in runs.items() if not r["reached"])
     _row(results, f"departure: all survivors saw every session_left, {what}", "ms",
          *pair(lambda r: r["all_s"] * 1e3),
          note=f"{NOTE}; from SIGKILL of the process holding a quarter (liveness "
