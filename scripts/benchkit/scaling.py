@@ -461,7 +461,24 @@ def measure_departure(h: Harness, cfg: Config, n: int) -> dict:
         t0 = time.monotonic()
         for w in workers:
             w.tell(json.dumps({"cmd": "go"}))
-        connected = [w.expect("connected", phase_s + 30) for w in workers]
+        connected = []
+        for w in workers:
+            try:
+                # A connect already started may take its own 30 s after the deadline.
+                connected.append(w.expect("connected", max(1.0, t0 + phase_s + 45
+                                                           - time.monotonic())))
+            except RoleError:
+                if w.popen.poll() is not None:
+                    raise                    # the worker died: a failure, not a result
+                marked = _ask(observer, "marked", 30, cmd="mark")
+                expired = {nm for nm in marked["lefts"] if not nm.startswith("bench-")}
+                out["collapsed"] = (f"{len(connected)}/{len(workers)} workers done "
+                                    f"connecting {time.monotonic() - t0:.0f} s after go, "
+                                    f"{len(expired)} sessions expired meanwhile")
+                out["healthy_expired"] = len(expired)
+                out["anomalies"].append(f"connect storm did not settle: {out['collapsed']}; "
+                                        f"no kill")
+                return out
         out["connect_s"] = time.monotonic() - t0
         held = [c["n"] for c in connected]
         for i, c in enumerate(connected):
