@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Benchmarks of the Intercom bus against raw pyzmq baselines on the same machine.
 
-    python3 scripts/bench.py            # full run (< 3 minutes)
-    python3 scripts/bench.py --quick    # under a minute
+    python3 scripts/bench.py            # full run (about 5 minutes)
+    python3 scripts/bench.py --quick    # about a minute
+    python3 scripts/bench.py --only scaling --scaling-sessions 200,2000
     python3 scripts/bench.py --only latency --repeats 5 --json out.json
     python3 scripts/bench.py --only throughput --senders 1 \
         --profile-broker /tmp/p/broker.prof --profile-roles /tmp/p   # where the time goes
@@ -44,6 +45,20 @@ Sections (``SECTIONS``; run in order, select with ``--only``):
                 as a second line), fresh db file in the tmp dir. Afterwards the
                 broker's db is opened read-only and its ``sticky`` rows are counted
                 per run against the ``queued`` answers (live, then after shutdown).
+``scaling``     each cost at a small and at a large size in one run; rows show the large
+                size as "ours", the small one as "baseline", so the ratio is large / small.
+                Stages: a host registers runs of 4 and of 100 agent stages and pipelines
+                ``send_nowait(to="workflow:<run>/s<k>")`` to pending stages (``queued``
+                answers/s, targets rotating, 50 each at most), and live: a stage session
+                (``kind="stage"``) at ``workflow:<run>/s0`` counts ``receive``. Runs: one
+                host registers N runs one after another (600, quick 300; mean
+                ``register_run`` of the first and last 100), and a default-group session
+                times ``list`` after 100 and after N runs. Departure: N sessions in the
+                default group (200 vs 1000, quick 80 vs 320; ``--scaling-sessions``) in
+                ``load_sessions.py`` worker processes; the one holding a quarter is
+                SIGKILLed: time until the survivors took every ``session_left``, per
+                departed x watcher, broker CPU per departed x watcher, ``status`` p99
+                meanwhile, healthy sessions expired (``benchkit.scaling`` has the details).
 
 Mechanics. Every measuring process is a fresh interpreter running this file with
 ``--role NAME --role-args JSON`` (``benchkit.roles.ROLES``). A role prints JSON lines
@@ -97,12 +112,14 @@ from benchkit.procs import Harness, RoleError  # noqa: E402
 from benchkit.profiling import print_role_profiles  # noqa: E402
 from benchkit.report import Results, environment, print_table  # noqa: E402
 from benchkit.roles import run_role  # noqa: E402
+from benchkit.scaling import section_scaling  # noqa: E402
 
 SECTIONS: dict[str, Callable[[Harness, Config, Results], None]] = {
     "throughput": section_throughput,
     "latency": section_latency,
     "ask": section_ask,
     "durable": section_durable,
+    "scaling": section_scaling,
 }
 
 
@@ -123,6 +140,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="durable sender process counts, one run each (default 1,4)")
     p.add_argument("--durable-window", type=int, default=1000,
                    help="outstanding send_nowait futures per durable sender (default 1000)")
+    p.add_argument("--scaling-runs", type=int,
+                   help="runs registered one after another in scaling (default 600, quick 300)")
+    p.add_argument("--scaling-sessions", metavar="SMALL,LARGE",
+                   help="sessions in the scaling departure run (default 200,1000, quick 80,320)")
     p.add_argument("--profile-broker", type=Path, metavar="FILE",
                    help="run the throughput broker under cProfile, write stats to FILE")
     p.add_argument("--profile-roles", type=Path, metavar="DIR",

@@ -14,6 +14,8 @@ One idea per module:
 ``report``           result rows, the table printer, percentiles and medians
 ``live_sections``    bench.py sections ``throughput``, ``latency`` and ``ask``
 ``durable_section``  bench.py section ``durable`` and the sticky rows check
+``scaling``          bench.py section ``scaling`` (costs at a small and a large size) and
+                     its roles
 ``load_worker``      load_sessions.py worker role: holds its share of the sessions
 ``load_observers``   load_sessions.py watcher (presence events) and status prober
 ``load_run``         load_sessions.py run state: broker, workers, rows, problems, table

@@ -16,15 +16,17 @@ from benchkit.report import percentiles
 from benchkit.role_io import Counter, emit, wait_go
 
 
-def _connect(name: str, endpoint: str):
+def _connect(name: str, endpoint: str, **kwargs):
     from client import Client
 
-    return Client.connect(name=name, endpoint=endpoint, timeout=20)
+    return Client.connect(name=name, endpoint=endpoint, timeout=20, **kwargs)
 
 
 def role_bus_receiver(endpoint: str, warm: int, count: int, timeout_s: float,
-                      idle_s: float = 10.0) -> None:
-    session = _connect("bench-recv", endpoint)
+                      idle_s: float = 10.0, stage: str | None = None) -> None:
+    """Count ``session.receive``; with ``stage``, as a workflow stage session at that path."""
+    session = (_connect("bench-recv", endpoint) if stage is None else
+               _connect("bench-stage", endpoint, kind="stage", stage=stage))
     try:
         emit("ready", pid=os.getpid(), session_id=session.id)
         counter = Counter(warm, count)

@@ -29,6 +29,14 @@ class Config:
     durable_run_rows: int = 50     # entries per run in the spread-over-runs line
     raw_rows: int = 5_000          # rows per raw apsw loop
     profile_broker: Path | None = None
+    # scaling: each cost at a small and a large size
+    scaling_stages: tuple[int, int] = (4, 100)     # agent stages per run, small and large
+    scaling_queued: int = 5_000    # measured queued sticky enqueues per stages run
+    scaling_live: int = 20_000     # measured live sends to a stage session per run
+    scaling_runs: int = 600        # runs one host registers, one after another
+    scaling_window: int = 100      # first / last register_run calls averaged
+    scaling_sessions: tuple[int, int] = (200, 1_000)   # sessions in the departure run
+    scaling_per_worker: int = 250  # at most this many sessions per surviving process
 
 
 def make_config(args: argparse.Namespace) -> Config:
@@ -53,9 +61,18 @@ def make_config(args: argparse.Namespace) -> Config:
         durable_window=args.durable_window,
         raw_rows=2_000 if quick else 5_000,
         profile_broker=args.profile_broker,
+        scaling_queued=1_000 if quick else 5_000,
+        scaling_live=5_000 if quick else 20_000,
+        scaling_runs=args.scaling_runs or (300 if quick else 600),
+        scaling_sessions=_two_sizes(args.scaling_sessions or ("80,320" if quick else "200,1000")),
     )
     cfg.warm = max(2_000, cfg.count // 10)
     return cfg
+
+
+def _two_sizes(text: str) -> tuple[int, int]:
+    small, large = (int(n) for n in text.split(","))
+    return small, large
 
 
 def split_evenly(total: int, parts: int) -> list[int]:

@@ -226,6 +226,22 @@ def proc_cpu_s(pid: int) -> float | None:
         return None
 
 
+def proc_run_s(pid: int) -> float | None:
+    """Seconds on CPU of a process's live threads, to the nanosecond (schedstat).
+
+    Finer than :func:`proc_cpu_s` (clock ticks) for short windows; threads that have
+    already exited are not counted.
+    """
+    try:
+        total = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        return total / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def proc_stats(pid: int) -> dict[str, Any]:
     """VmRSS / VmHWM (MiB), threads, open fds and CPU seconds of a live process."""
     out: dict[str, Any] = {}

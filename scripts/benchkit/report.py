@@ -94,7 +94,7 @@ class Results:
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
-    if unit == "us/msg":
+    if unit.startswith("us/"):          # per-item CPU or time: small numbers
         return f"{value:,.1f} {unit}"
     return f"{value:,.0f} {unit}"
 
@@ -109,7 +109,7 @@ def _spread(values: list[float] | None, unit: str) -> str:
     if _is_rate(unit):
         digits = 1 if max(values) < 10_000 else 0
         return f"{min(values) / 1000:,.{digits}f}-{max(values) / 1000:,.{digits}f}k"
-    if unit == "us/msg":
+    if unit.startswith("us/"):
         return f"{min(values):,.1f}-{max(values):,.1f}"
     return f"{min(values):,.0f}-{max(values):,.0f}"
 

@@ -3,7 +3,8 @@
 Every measuring process is a fresh interpreter re-executing bench.py with those
 arguments (:meth:`benchkit.procs.Harness.spawn_role`); :func:`run_role` looks the name
 up in ``ROLES`` and calls it with the JSON arguments as keywords. New process kinds
-are written in :mod:`benchkit.baselines` or :mod:`benchkit.bus_roles` and registered here.
+are written in :mod:`benchkit.baselines`, :mod:`benchkit.bus_roles` or beside their
+section (:mod:`benchkit.scaling`) and registered here.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ from benchkit.bus_roles import (
 )
 from benchkit.profiling import ThreadProfiles
 from benchkit.role_io import emit
+from benchkit.scaling import (
+    role_scaling_host,
+    role_scaling_list_probe,
+    role_scaling_observer,
+    role_scaling_register_host,
+)
 
 ROLES: dict[str, Callable[..., None]] = {
     "raw_forwarder": role_raw_forwarder,
@@ -50,6 +57,10 @@ ROLES: dict[str, Callable[..., None]] = {
     "bus_ask_probe": role_bus_ask_probe,
     "bus_durable_sender": role_bus_durable_sender,
     "raw_apsw_insert": role_raw_apsw_insert,
+    "scaling_host": role_scaling_host,
+    "scaling_register_host": role_scaling_register_host,
+    "scaling_list_probe": role_scaling_list_probe,
+    "scaling_observer": role_scaling_observer,
 }
 
 
