@@ -30,7 +30,7 @@ AUTO_GROUPS = ("true", "auto")                      # a stage's own namespaced s
 # One hand-over of a sticky entry to a stage transcript, and what list reports.
 SENT, ACKED = "sent", "acked"
 
-WORKFLOW_OPS = ("register_run", "add_stages", "stage_state", "end_run")
+WORKFLOW_OPS = ("register_run", "add_stages", "stage_state", "end_run", "revoke_stage")
 
 
 def run_group(run_id: str) -> str:
@@ -43,6 +43,8 @@ def run_of_group(group: str) -> tuple[str, bool] | None:
     anything else → None."""
     if not group.startswith(WORKFLOW_PREFIX):
         return None
+    if "/" not in group:
+        return group[len(WORKFLOW_PREFIX):], False
     run_id, slash, _ = group[len(WORKFLOW_PREFIX):].partition("/")
     return run_id, bool(slash)
 

@@ -38,6 +38,8 @@ def _subgroup_runs(state: State, groups: Iterable[str]) -> list[Run]:
     """Runs owning the subgroups among ``groups``."""
     runs = []
     for group in groups:
+        if "/" not in group:           # the common case, cheaply: not a subgroup
+            continue
         owner = run_of_group(group)
         if owner is not None and owner[1]:
             run = state.runs.get(owner[0])

@@ -7,7 +7,8 @@ the changed one flips, both sides get an in-band event (``session_joined`` or
 when its groups changed. A connecting session hears nothing about existing peers (it
 asks ``list``), and a departing one hears nothing at all. Every change is also
 published on PUB once per affected group, with the group as topic: joined or left in
-the groups gained or lost, presence_update in the groups kept.
+the groups gained or lost (with the full row), presence_update in the groups kept
+(with a brief row and the groups gained and lost).
 
 Cost: one change builds the session's public row once and one event per kind, shared
 by every peer that gets it (the shell encodes a shared envelope once per round), so a
@@ -20,6 +21,8 @@ from schemas import envelopes
 from schemas.names import PRESENCE_UPDATE, SESSION_JOINED, SESSION_LEFT
 
 from .authority import sees_into, watchers
+
+BRIEF_FIELDS = ("id", "name", "status", "kind")
 from .commands import Publish, Send
 from .sessions import Session
 from .state import State
@@ -72,9 +75,15 @@ def membership_changed(state: State, session: Session, before: set[str], after: 
     for group in sorted(before - after):
         out.append(Publish(group, envelopes.presence(SESSION_LEFT, row, group)))
     if groups_changed:
-        # The groups it stayed in see its membership set change, as their members do.
+        # The groups it stayed in see its membership set change, as their members do,
+        # as a delta: the full row in every kept group would cost a host of N runs
+        # O(N) bytes in each of N events per register_run.
+        brief = {k: row[k] for k in BRIEF_FIELDS}
+        gained, lost = sorted(after - before), sorted(before - after)
         for group in sorted(before & after):
-            out.append(Publish(group, envelopes.presence(PRESENCE_UPDATE, row, group)))
+            env = envelopes.presence(PRESENCE_UPDATE, brief, group)
+            env["joinedGroups"], env["leftGroups"] = gained, lost
+            out.append(Publish(group, env))
 
 
 def status_changed(state: State, session: Session) -> None:

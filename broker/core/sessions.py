@@ -129,11 +129,15 @@ class Registry:
         self.by_identity[identity] = session
 
     def set_groups(self, session: Session, groups: Iterable[str]) -> None:
+        """Change a session's memberships; costs O(groups gained and lost)."""
+        new = dict.fromkeys(groups)
         for group in session.groups:
-            self._leave(group, session.id)
-        session.groups = dict.fromkeys(groups)
-        for group in session.groups:
-            self._join(group, session.id)
+            if group not in new:
+                self._leave(group, session.id)
+        for group in new:
+            if group not in session.groups:
+                self._join(group, session.id)
+        session.groups = new
 
     def _join(self, group: str, session_id: str) -> None:
         members = self.by_group[group]
