@@ -12,6 +12,7 @@ from schemas.paths import data_dir, database_path, ensure_data_dir, pub_endpoint
 
 from .core import Limits
 from .logs import configure, get_logger
+from .curve import create_keys
 from .server import Broker, BrokerSettings, StartupError
 
 
@@ -29,12 +30,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "~/.atomic/agent/intercom/config.json, then ~/.pi/agent/intercom/config.json)")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--curve", type=Path, metavar="DIR",
+                        help="CURVE keys made by 'python -m broker keys --dir DIR': the broker's "
+                        "pair, and the allowed clients' public keys in DIR/clients (SIGHUP re-reads them)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow a TCP endpoint beyond loopback without CURVE (logged, shown in status)")
     parser.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"],
                         help="SQLite synchronous mode (FULL survives power loss too)")
     return parser.parse_args(argv)
 
 
+def keys_main(argv: list[str]) -> int:
+    """``python -m broker keys --dir DIR [--client NAME ...]``."""
+    parser = argparse.ArgumentParser(prog="python -m broker keys",
+                                     description="Create CURVE key pairs for the broker and its clients.")
+    parser.add_argument("--dir", type=Path, required=True, help="where to write the keys")
+    parser.add_argument("--client", action="append", metavar="NAME",
+                        help="a client key pair to create (repeatable; default: one named 'client')")
+    args = parser.parse_args(argv)
+    try:
+        for path in create_keys(args.dir.expanduser(), args.client or ["client"]):
+            print(path)
+    except OSError as exc:
+        print(f"broker: cannot write keys in {args.dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["keys"]:
+        return keys_main(argv[1:])
     args = parse_args(argv)
     configure(args.log_level)
     log = get_logger("broker")
@@ -48,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         db_path=args.db or database_path(base),
         limits=Limits(max_pending_asks=config.maxPendingAsks, ask_timeout_s=config.askTimeout),
         synchronous=args.sync,
+        curve_dir=args.curve.expanduser() if args.curve else None,
+        insecure=args.insecure,
     )
     try:
         broker = Broker(settings)
@@ -57,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, lambda *_: broker.stop())
     signal.signal(signal.SIGINT, lambda *_: broker.stop())
+    signal.signal(signal.SIGHUP, lambda *_: broker.reload())
     try:
         broker.serve_forever()
     finally:

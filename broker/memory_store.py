@@ -28,6 +28,7 @@ Semantics (the SQLite store keeps the same ones):
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -141,6 +142,7 @@ class MemoryStore:
         self.identity_limit = identity_limit
         self._tables = _Tables()
         self._closed = False
+        self._grant_key = secrets.token_bytes(32)
 
     def apply(self, records: Sequence[Record]) -> None:
         """Apply ``records`` in order, all or none. Raises TypeError for a value that
@@ -165,7 +167,7 @@ class MemoryStore:
             sticky=[StickyRow(dataclasses.replace(e, attachments=copy_payload(e.attachments)),
                               list(tables.answered.get(seq, [])))
                     for seq, e in sorted(tables.sticky.items())],
-            deliveries=list(tables.deliveries.values()))
+            deliveries=list(tables.deliveries.values()), grant_key=self._grant_key)
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         self._check_open()

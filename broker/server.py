@@ -28,6 +28,7 @@ from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
 from .core.records import LeaseReleased, LeaseRenewed
+from .curve import CurveError, CurveServer, exposed
 from .logs import get_logger
 from .persistence import PersistenceWorker
 from .store import SqliteStore
@@ -59,6 +60,8 @@ class BrokerSettings:
     db_path: Path
     limits: Limits = Limits()
     synchronous: str = "FULL"
+    curve_dir: Path | None = None      # CURVE keys (python -m broker keys); None: no CURVE
+    insecure: bool = False             # allow a non-loopback TCP bind without CURVE
 
 
 class Broker:
@@ -69,14 +72,24 @@ class Broker:
         self.log = get_logger("broker")
         self.broker_id = uuid.uuid4().hex[:12]
         self._stopping = False
+        self._reload = False
         self._locks: list[int] = []
         self.ctx = zmq.Context()
         self.router = self.pub = None
+        self.curve: CurveServer | None = None
+        self.warnings: list[str] = []
         try:
+            if settings.curve_dir is not None:
+                try:
+                    self.curve = CurveServer(self.ctx, settings.curve_dir)
+                except CurveError as exc:
+                    raise StartupError(str(exc)) from None
+            self._check_exposure()
             self._lock_ipc(settings.endpoint)
             self._lock_ipc(settings.pub_endpoint)
             self.store = SqliteStore(settings.db_path, settings.synchronous)
-            self.engine = Engine(broker_id=self.broker_id, limits=settings.limits)
+            self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
+                                 warnings=self.warnings)
             self.engine.restore(self.store.load())
             self._bind()
         except Exception:
@@ -124,20 +137,46 @@ class Broker:
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.linger = 0
         self.pub.sndhwm = 100_000
-        for sock, endpoint in ((self.router, self.settings.endpoint),
-                               (self.pub, self.settings.pub_endpoint)):
-            try:
-                sock.bind(endpoint)
-            except zmq.ZMQError as exc:
-                if exc.errno == zmq.EADDRINUSE:
-                    raise StartupError(f"{endpoint} is already in use (another broker?)") from None
-                raise StartupError(f"cannot bind {endpoint}: {exc.strerror}") from None
+        if self.curve is not None:
+            self.curve.secure(self.router)
+            self.curve.secure(self.pub)
+        # ipc socket files are owner-only whatever the umask (set for the bind, checked after).
+        old_umask = os.umask(0o177)
+        try:
+            for sock, endpoint in ((self.router, self.settings.endpoint),
+                                   (self.pub, self.settings.pub_endpoint)):
+                try:
+                    sock.bind(endpoint)
+                except zmq.ZMQError as exc:
+                    if exc.errno == zmq.EADDRINUSE:
+                        raise StartupError(f"{endpoint} is already in use (another broker?)") from None
+                    raise StartupError(f"cannot bind {endpoint}: {exc.strerror}") from None
+                if endpoint.startswith("ipc://"):
+                    os.chmod(endpoint[len("ipc://"):], 0o600)
+        finally:
+            os.umask(old_umask)
+
+    def _check_exposure(self) -> None:
+        """A bind beyond loopback needs CURVE, or the operator's explicit --insecure."""
+        open_to = [e for e in (self.settings.endpoint, self.settings.pub_endpoint) if exposed(e)]
+        if not open_to or self.curve is not None:
+            return
+        if not self.settings.insecure:
+            raise StartupError(f"{open_to[0]} listens beyond this host without authentication; "
+                               "create keys with 'python -m broker keys --dir DIR' and start with "
+                               "--curve DIR (or pass --insecure to accept the risk)")
+        self.warnings.append(f"insecure: {', '.join(open_to)} accepts unauthenticated clients "
+                             "from the network (started with --insecure)")
 
     # -- loop ----------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Ask the loop to finish its round and return (safe from a signal handler)."""
         self._stopping = True
+
+    def reload(self) -> None:
+        """SIGHUP: re-read what may change while serving (the allowed CURVE keys)."""
+        self._reload = True
 
     def serve_forever(self) -> None:
         router, worker_sock = self.router, self.worker.socket
@@ -147,6 +186,8 @@ class Broker:
         router_only = [(router, _POLLIN)]
         with_worker = [(router, _POLLIN), (worker_sock, _POLLIN)]
         engine = self.engine
+        for warning in self.warnings:
+            self.log.warning("broker_insecure", warning=warning)
         self.log.info("broker_started", endpoint=self.settings.endpoint,
                       pub_endpoint=self.settings.pub_endpoint, db=str(self.settings.db_path),
                       broker_id=self.broker_id, pid=os.getpid())
@@ -189,6 +230,11 @@ class Broker:
                 commands.append(Persist(LeaseRenewed(self.broker_id, os.getpid(),
                                                      self.settings.endpoint,
                                                      self._started_wall, wall + LEASE_S)))
+            if self._reload:
+                self._reload = False
+                if self.curve is not None:
+                    self.curve.reload()
+                    self.log.info("curve_keys_reloaded", directory=str(self.curve.clients))
             if commands:
                 self._execute(commands)
             if engine.internal_errors:
@@ -307,6 +353,8 @@ class Broker:
         for sock in (self.router, self.pub):
             if sock is not None:
                 sock.close(linger=0)
+        if getattr(self, "curve", None) is not None:
+            self.curve.stop()
         self.ctx.term()
         for fd in self._locks:
             os.close(fd)

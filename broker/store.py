@@ -24,6 +24,7 @@ persistence worker owns the connection until it closes it.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -296,7 +297,11 @@ class SqliteStore:
                     for row in _rows(conn, _SELECT_RUNS)]
             sticky = [_sticky_row(row) for row in _rows(conn, _SELECT_STICKY)]
             deliveries = [StickyDelivery(**row) for row in _rows(conn, _SELECT_DELIVERIES)]
-        return Snapshot(identities=identities, runs=runs, sticky=sticky, deliveries=deliveries)
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('grant_key', :v)",
+                         {"v": secrets.token_hex(32)})
+            (key,) = (row["value"] for row in _rows(conn, "SELECT value FROM meta WHERE key = 'grant_key'"))
+        return Snapshot(identities=identities, runs=runs, sticky=sticky, deliveries=deliveries,
+                        grant_key=bytes.fromhex(key))
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         (row,) = _rows(self.conn, _COUNT_LIVE, {"now": now, "exclude": exclude})

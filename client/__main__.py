@@ -17,6 +17,8 @@ import zmq
 from schemas.paths import pub_endpoint
 from schemas.protocol import unpack_frame
 
+from . import keys
+from .keys import CurveKeys
 from .session import Client, ConnectError
 
 
@@ -28,12 +30,16 @@ def format_event(topic: str, event: dict) -> str:
 
 
 def tail(endpoint: str, group: str | None, as_json: bool, out=sys.stdout,
-         max_events: int | None = None) -> int:
+         max_events: int | None = None, curve: CurveKeys | None = None) -> int:
     """Print presence events as they happen until interrupted (or ``max_events``)."""
     ctx = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)
     sub.linger = 0
     sub.rcvhwm = 0
+    if curve is not None:
+        sub.curve_serverkey = curve.server_key.encode()
+        sub.curve_publickey = curve.public_key.encode()
+        sub.curve_secretkey = curve.secret_key.encode()
     sub.connect(endpoint)
     # Topics are whole group names; SUB filters by prefix, so check equality here.
     sub.setsockopt(zmq.SUBSCRIBE, group.encode() if group else b"")
@@ -62,9 +68,12 @@ def tail(endpoint: str, group: str | None, as_json: bool, out=sys.stdout,
     return 0
 
 
-def one_call(args: argparse.Namespace, params: dict) -> int:
+def one_call(args: argparse.Namespace, params: dict, curve: CurveKeys | None) -> int:
+    keys = {} if curve is None else {"curve_server_key": curve.server_key,
+                                     "curve_public_key": curve.public_key,
+                                     "curve_secret_key": curve.secret_key}
     try:
-        session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.as_group)
+        session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.as_group, **keys)
     except ConnectError as exc:
         print(json.dumps({"ok": False, "code": exc.code, "error": str(exc)}))
         return 1
@@ -79,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--endpoint", help="broker ROUTER endpoint (default $INTERCOM_ENDPOINT)")
     parser.add_argument("--name", default="cli", help="session name for one-shot calls")
     parser.add_argument("--as-group", help="home group of the one-shot session")
+    parser.add_argument("--curve-dir", help="CURVE keys made by 'python -m broker keys' "
+                        "(default: $INTERCOM_CURVE_* keys, else no CURVE)")
+    parser.add_argument("--curve-client", default="client",
+                        help="which client key pair under CURVE_DIR/clients (default: client)")
     sub = parser.add_subparsers(dest="command", required=True)
     p_tail = sub.add_parser("tail", help="follow presence events")
     p_tail.add_argument("--group", help="only this group")
@@ -93,13 +106,19 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("to")
         p.add_argument("message")
     args = parser.parse_args(argv)
+    try:
+        curve = (keys.from_directory(args.curve_dir, args.curve_client) if args.curve_dir
+                 else keys.resolve())
+    except ValueError as exc:
+        print(f"client: {exc}", file=sys.stderr)
+        return 2
     if args.command == "tail":
-        return tail(args.pub_endpoint or pub_endpoint(), args.group, args.json)
+        return tail(args.pub_endpoint or pub_endpoint(), args.group, args.json, curve=curve)
     params = {"action": args.command}
     for key in ("group", "to", "message"):
         if getattr(args, key, None) is not None:
             params[key] = getattr(args, key)
-    return one_call(args, params)
+    return one_call(args, params, curve)
 
 
 if __name__ == "__main__":

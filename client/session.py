@@ -8,7 +8,6 @@ Every failure, a bad parameter included, comes back as ``{"ok": False, "code",
 
 from __future__ import annotations
 
-import collections
 import itertools
 import logging
 import os
@@ -19,17 +18,22 @@ from concurrent.futures import Future
 from typing import Any, Callable
 
 from schemas.config import Config, load_config
-from schemas.errors import BusError, error_reply
+from schemas.errors import BusError, error_reply, error_text
 from schemas.groups import env_group, resolve_home_group
 from schemas.limits import CALL_TIMEOUT_S, PROTOCOL_VERSION
 from schemas.paths import router_endpoint
 from schemas.protocol import SESSION_KINDS, envelope
 from schemas.tools import intercom_params_problem
 
+from .history import IDENTITY, RECEIVED, SENT, History
+from .keys import CurveKeys, resolve as resolve_keys
+from .inbox import Waitable
 from .render import render_body
 from .transport import Transport
 
 _ASK_MARGIN_S = 5.0
+_SENT_KINDS = frozenset({"call", "supervisor"})
+_SENT_ACTIONS = frozenset({"send", "ask", "reply"})
 _log = logging.getLogger("intercom.client")
 _reported_config_problems: set[str] = set()
 
@@ -57,67 +61,6 @@ def new_message_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-class _Waitable:
-    """A FIFO any thread may take from, filled in batches by the transport."""
-
-    def __init__(self) -> None:
-        self.items: collections.deque[dict] = collections.deque()
-        self._cond = threading.Condition(threading.Lock())
-        self._waiting = 0
-
-    def put_all(self, items: list[dict]) -> None:
-        self.items.extend(items)
-        if self._waiting:        # read after extend: a waiter that registered later sees them
-            with self._cond:
-                self._cond.notify(len(items))
-
-    def take(self, timeout: float | None,
-             serve: Callable[[Callable[[], int], float | None], bool] | None = None) -> dict | None:
-        """The oldest item, waiting up to ``timeout`` seconds (None: no limit).
-
-        ``serve(done, deadline)``, when given, services the connection on this thread
-        until ``done()`` if the connection is free (returns False if not): the item is
-        then read by the thread that waits for it, with no hand-over.
-        """
-        if timeout is not None and timeout < 0:
-            raise ValueError("'timeout' must be a non-negative number")
-        items = self.items
-        try:
-            return items.popleft()
-        except IndexError:
-            pass
-        deadline = None
-        if timeout is not None:
-            if timeout == 0:
-                return None
-            deadline = time.monotonic() + timeout
-        if serve is not None:
-            while serve(items.__len__, deadline):
-                try:
-                    return items.popleft()
-                except IndexError:   # another thread took it, or the session is closing
-                    pass
-                if deadline is not None and time.monotonic() >= deadline:
-                    return None
-        with self._cond:
-            self._waiting += 1
-            try:
-                while True:
-                    try:
-                        return items.popleft()
-                    except IndexError:
-                        pass
-                    if deadline is None:
-                        self._cond.wait()
-                    else:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            return None
-                        self._cond.wait(left)
-            finally:
-                self._waiting -= 1
-
-
 class Session:
     """One connected session. Thread-safe; use as a context manager or call close()."""
 
@@ -125,7 +68,9 @@ class Session:
                  atomic_session_id: str | None, kind: str, parent: str | None,
                  config: Config, session_id: str | None = None, stage: str | None = None,
                  transcript: str | None = None, notify_undeliverable: bool = True,
-                 confirm: Callable[[dict], bool] | None = None) -> None:
+                 confirm: Callable[[dict], bool] | None = None, grant: str | None = None,
+                 token: str | None = None, history: History | None = None,
+                 curve: CurveKeys | None = None) -> None:
         self.name = name
         self.endpoint = endpoint
         self.config = config
@@ -139,13 +84,16 @@ class Session:
         self._stage = stage
         self._transcript = transcript
         self._notify_undeliverable = notify_undeliverable
+        self._grant = grant
+        self._history = history or History()
         self.id: str | None = session_id
-        self.token: str | None = None
+        self.token: str | None = token          # the reclaim secret of ``id``
+        self.welcome: dict[str, Any] = {}       # the broker's latest welcome
         self.home_group: str | None = None
         self.groups: list[str] = []
         self.parent_id: str | None = None
-        self._inbox = _Waitable()         # msg envelopes as they came (v and k still in)
-        self._events = _Waitable()
+        self._inbox = Waitable()         # msg envelopes as they came (v and k still in)
+        self._events = Waitable()
         # Pipelined sends get cheap ids: a random prefix of this session (96 bits from
         # urandom) and a counter, so they are unique without a UUID each. They are
         # never asks, so nobody needs to reply to them by an 8-hex prefix.
@@ -157,7 +105,8 @@ class Session:
         self._welcome: Future = Future()
         self._closed = False
         self._lock = threading.Lock()
-        self._transport = Transport(endpoint, self._on_inbound, self._hello, self._on_welcome)
+        self._transport = Transport(endpoint, self._on_inbound, self._hello, self._on_welcome,
+                                    curve)
 
     # -- connection ------------------------------------------------------------------
 
@@ -169,6 +118,7 @@ class Session:
             "stage": self._stage, "statusSuffix": self.config.status,
             "transcript": self._transcript,
             "notifyUndeliverable": self._notify_undeliverable,
+            "grant": self._grant,
         }
         if self.id is not None:
             fields.update(sessionId=self.id, token=self.token)
@@ -179,8 +129,14 @@ class Session:
 
     def _on_welcome(self, result: dict) -> None:
         if result.get("ok"):
+            changed = result["sessionId"] != self.id or result["token"] != self.token
+            self.welcome = {k: v for k, v in result.items() if k != "ok"}
             self.id = result["sessionId"]
             self.token = result["token"]
+            if changed:
+                self._history.record(IDENTITY, sessionId=self.id, reclaimSecret=self.token,
+                                     name=self.name, atomicSessionId=self._atomic,
+                                     brokerId=result.get("brokerId"))
             self.home_group = result["homeGroup"]
             self.groups = list(result["groups"])
             self.parent_id = result.get("parent")
@@ -188,12 +144,22 @@ class Session:
             self._welcome.set_result(result)
 
     def _wait_welcome(self, timeout: float) -> None:
-        try:
-            result = self._welcome.result(timeout)
-        except TimeoutError:
-            self._transport.close(0.5)
-            raise ConnectError("broker_unavailable",
-                               f"no broker answered at {self.endpoint} within {timeout:g} s") from None
+        deadline = time.monotonic() + timeout
+        result = None
+        while result is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._transport.close(0.5)
+                raise ConnectError("broker_unavailable",
+                                   f"no broker answered at {self.endpoint} within {timeout:g} s")
+            refused = self._transport.auth_refused(min(left, 0.1))
+            if refused is not None:
+                self._transport.close(0.5)
+                raise ConnectError("auth_failed", error_text("auth_failed", detail=refused))
+            try:
+                result = self._welcome.result(0 if self._transport.auth_monitor else left)
+            except TimeoutError:
+                continue
         if not result.get("ok"):
             self._transport.close(0.5)
             raise ConnectError(result.get("code", "internal_error"), result.get("error", ""))
@@ -305,6 +271,11 @@ class Session:
             # Acknowledged membership changes are what a reconnect restores; rejected
             # or unanswered ones leave the remembered set as it was.
             self.groups = list(result["groups"])
+        if kind in _SENT_KINDS and fields.get("action", "ask") in _SENT_ACTIONS and result.get("ok"):
+            self._history.record(SENT, action="contact_supervisor" if kind == "supervisor"
+                                 else fields["action"], to=fields.get("to"),
+                                 message=fields.get("message"), replyTo=fields.get("replyTo"),
+                                 result=result)
         return result
 
     def send_nowait(self, to: str, message: str, attachments: list | None = None) -> Future:
@@ -339,6 +310,10 @@ class Session:
             msg["attachments"] = []
         msg["body"] = render_body(msg, self.config.replyHint)
         self._current = msg
+        if self._history.enabled:
+            self._history.record(RECEIVED, messageId=msg["id"], **{
+                k: msg.get(k) for k in ("from", "fromName", "message", "attachments", "sentAt",
+                                        "expectsReply", "replyTo", "target")})
         if msg.get("ackRequired") and not self._closed:
             # Taking the message is admission to this session's context: tell the broker.
             self._transport.post(envelope("received", ids=[msg["id"]]))
@@ -373,6 +348,19 @@ class Session:
         return self._call("workflow", {"op": "stage_state", "runId": run_id, "stage": stage,
                                        "state": state})
 
+    def revoke_stage(self, run_id: str, stage: str) -> dict[str, Any]:
+        """Revoke a stage's grant: no session can bind to it with that grant any more."""
+        return self._call("workflow", {"op": "revoke_stage", "runId": run_id, "stage": stage})
+
+    def grant_child(self) -> dict[str, Any]:
+        """A grant for a child this session is about to launch: ``{"ok": True, "grant"}``.
+
+        The child connects with ``parent=<this session's id>, grant=<grant>``: only
+        then does it inherit this session's group and reach it with
+        ``contact_supervisor``.
+        """
+        return self._call("grant", {"for": "child"})
+
     def end_run(self, run_id: str) -> dict[str, Any]:
         """The root run terminated: settle and drop its sticky entries."""
         return self._call("workflow", {"op": "end_run", "runId": run_id})
@@ -402,7 +390,12 @@ class Client:
                 transcript: str | None = None, notify_undeliverable: bool = True,
                 config: Config | None = None, config_path: str | None = None,
                 confirm: Callable[[dict], bool] | None = None,
-                timeout: float = CALL_TIMEOUT_S) -> Session:
+                timeout: float = CALL_TIMEOUT_S, grant: str | None = None,
+                identity: dict | None = None,
+                history: Callable[[dict], None] | None = None,
+                history_file: str | os.PathLike | None = None,
+                curve_server_key: str | None = None, curve_public_key: str | None = None,
+                curve_secret_key: str | None = None) -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``session_id`` asks for a previous id back (granted when no live session holds
@@ -410,8 +403,16 @@ class Client:
         session). A workflow stage connects with ``kind="stage"`` and ``stage`` set to
         its canonical path ``workflow:<runId>/<stage>[/<child>...]``; ``transcript``
         names its conversation (the same one again means no duplicate pre-start
-        messages). Raises ConnectError when the broker refuses or does not answer, and
-        ValueError for a bad ``kind``.
+        messages). ``grant`` is what the launcher handed over: a stage's grant from
+        ``register_run``/``add_stages``, or a child's from ``grant_child`` (with
+        ``parent``). ``identity`` is an ``intercom_session_identity`` history entry: the
+        session asks for that id back with its reclaim secret (``session.welcome``
+        says ``reclaimed`` and, if not, ``reason``). ``history`` (a callable) and
+        ``history_file`` (JSON lines) receive the history entries (see
+        :mod:`client.history`). ``curve_*`` (z85 text, or the ``INTERCOM_CURVE_*``
+        environment) turn on CURVE. Raises ConnectError when the broker refuses
+        (``.code``: ``grant_required``, ``invalid_grant``, ``auth_failed``, ...) or does
+        not answer, and ValueError for a bad ``kind`` or incomplete CURVE keys.
         """
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
@@ -422,11 +423,18 @@ class Client:
                 _log.error("%s", problem)
         if isinstance(parent, Session):
             parent = parent.id
+        token = None
+        if identity is not None:
+            session_id = identity.get("sessionId") or session_id
+            token = identity.get("reclaimSecret")
+            atomic_session_id = atomic_session_id or identity.get("atomicSessionId")
+        curve = resolve_keys(curve_server_key, curve_public_key, curve_secret_key)
         session = Session(name=name, endpoint=endpoint or router_endpoint(), group=group,
                           agent=agent, atomic_session_id=atomic_session_id, kind=kind,
                           parent=parent, config=config, session_id=session_id, stage=stage,
                           transcript=transcript, notify_undeliverable=notify_undeliverable,
-                          confirm=confirm)
+                          confirm=confirm, grant=grant, token=token,
+                          history=History(history, history_file), curve=curve)
         session._wait_welcome(timeout)
         return session
 

@@ -38,8 +38,10 @@ import time
 from typing import Callable
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from .protocol import TIMER_INTERVAL_S, ClientProtocol, Inbound
+from .keys import CurveKeys
 from .replies import PENDING, Reply, resolve
 from .waker import Waker
 
@@ -61,7 +63,8 @@ class Transport:
     ``on_welcome(result)`` each answer to a hello."""
 
     def __init__(self, endpoint: str, on_inbound: Callable[[list, list], None],
-                 hello: Callable[[], dict], on_welcome: Callable[[dict], None]) -> None:
+                 hello: Callable[[], dict], on_welcome: Callable[[dict], None],
+                 curve: CurveKeys | None = None) -> None:
         self.endpoint = endpoint
         self._on_inbound = on_inbound
         self._on_welcome = on_welcome
@@ -80,6 +83,15 @@ class Transport:
         sock.sndhwm = sock.rcvhwm = 100_000
         sock.reconnect_ivl = 100
         sock.reconnect_ivl_max = 1000
+        self.auth_monitor: zmq.Socket | None = None
+        if curve is not None:
+            sock.curve_serverkey = curve.server_key.encode()
+            sock.curve_publickey = curve.public_key.encode()
+            sock.curve_secretkey = curve.secret_key.encode()
+            # Read only by the thread waiting for the welcome (see auth_refused): a
+            # refused key is otherwise silence, as libzmq retries the handshake.
+            self.auth_monitor = sock.get_monitor_socket(
+                zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
         sock.connect(endpoint)
         self._sock_open = True
         self._sock_fd = sock.getsockopt(zmq.FD)
@@ -155,6 +167,17 @@ class Transport:
         if not self._waker.pending:
             self._waker.wake()
 
+    def auth_refused(self, wait_s: float) -> str | None:
+        """Within ``wait_s``, why the broker refused our CURVE handshake, if it did.
+        Only the thread that waits for the welcome calls this."""
+        monitor = self.auth_monitor
+        if monitor is None or not monitor.poll(max(0, int(wait_s * 1000))):
+            return None
+        event = recv_monitor_message(monitor)
+        if event["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            return "the key is not among the broker's allowed clients"
+        return "the CURVE handshake failed (wrong broker key?)"
+
     def close(self, timeout: float = 2.0) -> None:
         self._closing = True
         self._waker.wake()
@@ -163,6 +186,9 @@ class Transport:
             # Only once nobody polls them any more (a thread still stuck holding the
             # socket keeps them open: better a leak than a reused descriptor).
             self._waker.close()
+        if self.auth_monitor is not None:
+            self.auth_monitor.close(linger=0)
+            self.auth_monitor = None
         resolve(self._cond, self._protocol.close())
 
     # -- internals ---------------------------------------------------------------------

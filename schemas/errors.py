@@ -5,6 +5,7 @@ Codes are grouped by class the way a caller reacts to them:
 * ``protocol``: the frame or envelope itself is wrong (a client bug or a hostile peer).
 * ``request``: the tool parameters are wrong; fix the call.
 * ``target``: the target cannot be resolved or may not be reached.
+* ``authority``: the caller holds no grant (or a wrong one) for what it asked.
 * ``state``: the call is well-formed but the bus refuses it in its current state.
 * ``peer``: the other side went away or never answered.
 
@@ -60,6 +61,12 @@ _TABLE = [
     ErrorSpec("ambiguous_stage", "target", "{to!r} matches several live stages ({candidates}); ask by the exact stage path from intercom list"),
     ErrorSpec("invalid_path", "target", "{to!r} is not a valid workflow path: {detail}"),
     ErrorSpec("not_supervisor", "target", "This session has no supervisor to contact"),
+    # -- authority -----------------------------------------------------------------
+    ErrorSpec("grant_required", "authority", "A grant is required to {what}: the session that "
+              "launches this one receives it (register_run's grants, grant_child) and passes it on"),
+    ErrorSpec("invalid_grant", "authority", "The grant does not allow this session to {what} "
+              "(another stage, run or launcher, or revoked)"),
+    ErrorSpec("auth_failed", "authority", "The broker refused this client's CURVE key: {detail}"),
     # -- state ---------------------------------------------------------------------
     ErrorSpec("not_member", "state", "This session is not a member of group {group!r}"),
     ErrorSpec("last_group", "state", "Cannot leave {group!r}: it is this session's only group; use leave without a group to reset"),

@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import hmac
 import uuid
 from typing import Any
 
@@ -30,6 +31,7 @@ from schemas.names import (IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES
 from . import asking
 from .authority import check_claimed
 from .commands import Send
+from .grants import check_child
 from .presence import membership_changed, status_changed
 from .records import IdentitySaved
 from .sessions import Session
@@ -65,10 +67,14 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         _reattach(state, live, identity, re, now)
         return
 
-    parent = state.registry.by_id.get(env.get("parent") or "")
+    parent_id = env.get("parent") or None
+    if parent_id is not None:
+        # Supervision is granted by the launcher, never claimed by the child.
+        check_child(state.grant_key, parent_id, env.get("grant"))
+    parent = state.registry.by_id.get(parent_id or "")
     stage = None
     if kind == STAGE and env.get("stage"):
-        home, run, node = stage_home(state, env["stage"], env.get("group"))
+        home, run, node = stage_home(state, env["stage"], env.get("group"), env.get("grant"))
         stage = (run, node)
     else:
         home = clean_group(env.get("homeGroup") or resolve_home_group(
@@ -80,11 +86,12 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         raise BusError("bad_envelope", detail=f"at most {MAX_RESTORED_GROUPS} groups")
     groups = [clean_group(g) for g in restore] if restore else [home]
     check_claimed(groups, home, stage is not None)
+    session_id, refusal = _grant_id(state, env)
     session = Session(
-        id=_grant_id(state, env), name=name, identity=identity, token=state.new_token(),
+        id=session_id, name=name, identity=identity, token=state.new_token(),
         home_group=home, groups=dict.fromkeys(groups), kind=kind,
         agent=env.get("agent"), atomic_session_id=env.get("atomicSessionId") or None,
-        parent_id=parent.id if parent else None,
+        parent_id=parent_id,
         status_suffix=env.get("statusSuffix"),
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
         connected_at=now, connected_wall=state.wall, last_seen_at=now)
@@ -92,7 +99,12 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     _remember(state, session)
     membership_changed(state, session, set(), set(session.groups), connecting=True)
     state.stats["sessions.opened"] += 1
-    state.answer(session, re, welcome(state, session))
+    greeting = welcome(state, session)
+    if env.get("sessionId"):
+        greeting["reclaimed"] = refusal is None
+        if refusal is not None:
+            greeting["reason"] = refusal
+    state.answer(session, re, greeting)
     if stage is not None:
         # The welcome goes first; the retained entries follow before anything else.
         transcript = env.get("transcript") or session.atomic_session_id or session.id
@@ -172,20 +184,27 @@ def _remember(state: State, session: Session) -> None:
                                 session.name, state.wall))
 
 
-def _grant_id(state: State, env: dict) -> str:
-    """The requested id when the caller may hold it, else a fresh one."""
+def _grant_id(state: State, env: dict) -> tuple[str, str | None]:
+    """The requested id when the caller may hold it, else a fresh one and why.
+
+    Knowing an id (and its Atomic session id) is not enough: while the broker
+    remembers who last held it, only that holder's reclaim secret (the welcome's
+    ``token``, kept in the session's identity history entry) takes it back.
+    """
     wanted = env.get("sessionId")
-    if not wanted or not _is_uuid(wanted) or wanted in state.registry.by_id:
-        return state.new_id()
+    if not wanted:
+        return state.new_id(), None
+    if not _is_uuid(wanted):
+        return state.new_id(), "not a session id this broker issues"
+    if wanted in state.registry.by_id:
+        return state.new_id(), "a live session holds that id"
     record = state.identities.get(wanted)
     if record is None:
-        return wanted
-    atomic = env.get("atomicSessionId")
-    if atomic and atomic == record.atomic_session_id:
-        return wanted
-    if env.get("token") and token_hash(env["token"]) == record.token_hash:
-        return wanted
-    return state.new_id()
+        return wanted, None
+    token = env.get("token")
+    if isinstance(token, str) and hmac.compare_digest(token_hash(token), record.token_hash):
+        return wanted, None
+    return state.new_id(), "the reclaim secret does not match the id's last holder"
 
 
 def _token_ok(session: Session, token: Any) -> bool:

@@ -18,7 +18,7 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from . import connect, hosting, membership, messaging, stages
+from . import connect, grants, hosting, membership, messaging, stages
 from .params import tool_params
 from .state import State
 
@@ -54,6 +54,13 @@ def _received(state: State, session, env: dict, re: str | None, now: float) -> N
     stages.received(state, session, env["ids"])
 
 
+def _grant(state: State, session, env: dict, re: str, now: float) -> None:
+    """A grant for a child this session is about to launch (``for: "child"``)."""
+    if env.get("for", "child") != "child":
+        raise BusError("bad_envelope", detail="for must be 'child'")
+    state.answer(session, re, {"grant": grants.child_grant(state.grant_key, session.id)})
+
+
 # -- the tables ---------------------------------------------------------------------
 
 # ``hello`` is the one kind handled without a session (see handle()).
@@ -64,6 +71,7 @@ KINDS: dict[str, Route] = {
     "workflow": Route(_workflow, "a workflow operation needs a string id"),
     "status": Route(connect.lifecycle),
     "received": Route(_received),
+    "grant": Route(_grant, "a grant request needs a string id"),
     "bye": Route(connect.bye),
     "hb": Route(connect.heartbeat),
 }
@@ -85,6 +93,7 @@ WORKFLOW_OPS: dict[str, Callable[..., dict[str, Any]]] = {
     "add_stages": hosting.add_stages,
     "stage_state": hosting.stage_state,
     "end_run": hosting.end_run,
+    "revoke_stage": hosting.revoke_stage,
 }
 
 # Kinds a client sends without an id: a refusal is counted, not answered (except
@@ -123,7 +132,7 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
             raise BusError("bad_envelope", detail=route.needs_id)
         route.handler(state, session, env, re, now)
     except BusError as error:
-        if re is None and kind in _UNANSWERED:
+        if re is None and kind.__class__ is str and kind in _UNANSWERED:
             state.stats[f"dropped.{error.code}"] += 1
             if error.code != "not_connected":
                 return

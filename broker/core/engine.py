@@ -26,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from typing import Any, Callable
 
@@ -63,8 +64,10 @@ class Engine:
     def __init__(self, *, broker_id: str = "broker", limits: Limits = Limits(),
                  identities: dict[str, IdentityRecord] | None = None,
                  new_id: Callable[[], str] = _random_id,
-                 new_token: Callable[[], str] = _random_token) -> None:
-        self.state = State(broker_id, limits, new_id, new_token)
+                 new_token: Callable[[], str] = _random_token,
+                 warnings: list[str] | None = None) -> None:
+        self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
+                           warnings=list(warnings or ()))
         if identities:
             self.state.identities.update(identities)
         self._next_sweep_at = 0.0
@@ -96,6 +99,8 @@ class Engine:
     def restore(self, snapshot: Snapshot) -> None:
         """Take back what the store kept: identities, runs, sticky entries."""
         state = self.state
+        if snapshot.grant_key:
+            state.grant_key = snapshot.grant_key
         for saved in snapshot.identities:
             state.identities[saved.session_id] = IdentityRecord(saved.atomic_session_id,
                                                                 saved.token_hash)

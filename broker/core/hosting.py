@@ -19,6 +19,7 @@ from schemas.names import PENDING, RUNNING, STAGE_STATES, TERMINAL_STATES, run_g
 from .membership import change_groups
 from .path_delivery import node_at, notify_undeliverable, settle_exact
 from .paths import looks_like_path, parse_path
+from .grants import stage_grant
 from .records import RunEnded
 from .runs import Node, Run, build_nodes
 from .sessions import Session
@@ -36,12 +37,14 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
     if run is not None:
         if run.host_id not in (None, session.id):
             raise BusError("not_run_host", run_id=run_id)
-        if run.host_id is None and run.host_atomic and \
-                run.host_atomic != session.atomic_session_id and run.last_host_id != session.id:
+        # A dormant run goes back only to the session that hosted it: the same id,
+        # which a restarted process gets back only with its reclaim secret.
+        if run.host_id is None and run.last_host_id != session.id:
             raise BusError("not_run_host", run_id=run_id)
         merge(run, None, env.get("stages") or [])
     else:
-        run = Run(run_id, session.id, session.atomic_session_id, session.id, created_at=state.wall)
+        run = Run(run_id, session.id, session.atomic_session_id, session.id, created_at=state.wall,
+                  nonce=state.new_token()[:16])
         run.attach(build_nodes(env.get("stages") or [], None), None)
         state.runs[run_id] = run
     set_host(state, run, session)
@@ -49,7 +52,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
         change_groups(state, session, [*session.groups, run.group])
     save(state, run)
     return {"runId": run_id, "group": run.group, "groups": list(session.groups),
-            "stages": [run.canonical(n) for n in run.nodes() if n.is_agent]}
+            **_stages_and_grants(state, run)}
 
 
 def add_stages(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
@@ -62,7 +65,37 @@ def add_stages(state: State, session: Session, env: dict, now: float) -> dict[st
             raise BusError("invalid_params", detail=f"no stage {env['parent']!r} in run {run.run_id!r}")
     merge(run, parent, env.get("stages") or [])
     save(state, run)
-    return {"runId": run.run_id, "stages": [run.canonical(n) for n in run.nodes() if n.is_agent]}
+    return {"runId": run.run_id, **_stages_and_grants(state, run)}
+
+
+def revoke_stage(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
+    """The stage's grant stops working (a session bound with it stays bound).
+
+    Raises BusError(unknown_run | not_run_host | invalid_params).
+    """
+    run = hosted(state, session, env)
+    node = _stage_of(run, env.get("stage"))
+    node.revoked = True
+    save(state, run)
+    return {"runId": run.run_id, "stage": run.canonical(node), "revoked": True}
+
+
+def _stages_and_grants(state: State, run: Run) -> dict[str, Any]:
+    """The run's agent stages, and the grant each node's session needs to bind (agent
+    stages, and the routing connections of non-agent nodes)."""
+    return {"stages": [run.canonical(n) for n in run.nodes() if n.is_agent],
+            "grants": {run.canonical(n): stage_grant(state.grant_key, run, n)
+                       for n in run.nodes() if not n.revoked and not n.terminal}}
+
+
+def _stage_of(run: Run, stage: Any) -> Node:
+    """The node a host names by path or by name. Raises BusError(invalid_params)."""
+    if not isinstance(stage, str):
+        raise BusError("invalid_params", detail="stage must be a stage path or name")
+    node = node_at(run, parse_path(stage if looks_like_path(stage) else f"{run.group}/{stage}"))
+    if node is None:
+        raise BusError("invalid_params", detail=f"no stage {stage!r} in run {run.run_id!r}")
+    return node
 
 
 def stage_state(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:

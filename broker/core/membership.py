@@ -93,6 +93,8 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
             "otherBrokersLive": state.other_brokers,
         },
     }
+    if state.warnings:
+        result["broker"]["warnings"] = list(state.warnings)
     if group is not None:
         result["group"] = group
     return result

@@ -133,6 +133,9 @@ class Snapshot:
     runs: list[RunSaved] = field(default_factory=list)
     sticky: list[StickyRow] = field(default_factory=list)
     deliveries: list[StickyDelivery] = field(default_factory=list)
+    # The key grants are derived from; made once per database and shared by every
+    # broker on it, so a grant outlives a restart (see broker.core.grants).
+    grant_key: bytes = b""
 
 
 class Store(Protocol):

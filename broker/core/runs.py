@@ -44,6 +44,7 @@ class Node:
     session_id: str | None = None     # the live stage session, if any
     transcript: str | None = None     # transcript of the latest stage session
     started: bool = False             # a stage session has initialized at least once
+    revoked: bool = False             # the host revoked the stage's grant
     index: dict[str, list[Node]] = field(default_factory=dict)   # children by spelling
     _elements: list[frozenset[str]] | None = field(default=None, repr=False)
     _key: str | None = field(default=None, repr=False)
@@ -81,7 +82,7 @@ class Node:
     def record(self) -> dict[str, Any]:
         return {"name": self.name, "id": self.id, "kind": self.kind, "state": self.state,
                 "group": self.group, "intercom": self.intercom, "started": self.started,
-                "transcript": self.transcript,
+                "transcript": self.transcript, "revoked": self.revoked,
                 "children": [c.record() for c in self.children]}
 
 
@@ -93,6 +94,7 @@ class Run:
     last_host_id: str | None = None    # who hosted it last, to take it back after a restart
     roots: list[Node] = field(default_factory=list)
     created_at: float = 0.0
+    nonce: str = ""                    # this generation of the run id (its grants' salt)
     root_index: dict[str, list[Node]] = field(default_factory=dict)    # roots by spelling
     anywhere: dict[str, list[Node]] = field(default_factory=dict)      # any node by spelling
     by_key: dict[str, Node] = field(default_factory=dict)
@@ -141,13 +143,13 @@ class Run:
 
     def record(self) -> dict[str, Any]:
         return {"runId": self.run_id, "host": self.host_id or self.last_host_id,
-                "hostAtomic": self.host_atomic,
+                "hostAtomic": self.host_atomic, "nonce": self.nonce,
                 "createdAt": self.created_at, "stages": [n.record() for n in self.roots]}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Run:
         run = cls(record["runId"], None, record.get("hostAtomic"), record.get("host"),
-                  created_at=record.get("createdAt", 0.0))
+                  created_at=record.get("createdAt", 0.0), nonce=record.get("nonce", ""))
         run.attach(build_nodes(record.get("stages") or [], None, restoring=True), None)
         return run
 
@@ -198,6 +200,7 @@ def _node(spec: Any, parent: Node | None, restoring: bool) -> Node:
     if restoring:
         node.started = bool(spec.get("started"))
         node.transcript = spec.get("transcript")
+        node.revoked = bool(spec.get("revoked"))
     return node
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from schemas.errors import BusError
 from schemas.names import ACKED, AUTO_GROUPS, DEFAULT_GROUP, PENDING, RUNNING
 
+from .grants import check_stage
 from .path_delivery import deliverable, hand_over, node_at
 from .paths import WorkflowPath, parse_path
 from .records import RunSaved, StickyDelivery
@@ -28,10 +29,11 @@ from .state import State
 MAX_RECEIPTS = 512       # ids read from one ``received`` envelope
 
 
-def stage_home(state: State, stage: str, group: str | None) -> tuple[str, Run, Node]:
-    """Home group, run and node of a connecting stage session.
+def stage_home(state: State, stage: str, group: str | None,
+               grant: object) -> tuple[str, Run, Node]:
+    """Home group, run and node of a connecting stage session, if its grant allows.
 
-    Raises BusError(invalid_path | unknown_run).
+    Raises BusError(invalid_path | unknown_run | grant_required | invalid_grant).
     """
     path = parse_path(stage)
     if path.is_pattern:
@@ -39,7 +41,14 @@ def stage_home(state: State, stage: str, group: str | None) -> tuple[str, Run, N
     run = state.runs.get(path.run_id)
     if run is None:
         raise BusError("unknown_run", run_id=path.run_id)
-    node = node_at(run, path) or materialize(run, path)
+    # The exact name path first: an id elsewhere in the tree may spell the same segments.
+    node = run.by_key.get("/".join(path.segments)) or node_at(run, path)
+    if node is None:
+        # Only the host declares stages: an unknown path has no grant to match.
+        check_stage(state.grant_key, run, materialize(run, path, attach=False), grant)
+        node = materialize(run, path)
+    else:
+        check_stage(state.grant_key, run, node, grant)
     group = group or node.group
     if group is None:
         home = run.group
@@ -52,8 +61,9 @@ def stage_home(state: State, stage: str, group: str | None) -> tuple[str, Run, N
     return home, run, node
 
 
-def materialize(run: Run, path: WorkflowPath) -> Node:
-    """A node for a path the host has not declared (its parent must be known).
+def materialize(run: Run, path: WorkflowPath, *, attach: bool = True) -> Node:
+    """A node for a path the host has not declared (its parent must be known);
+    ``attach=False`` only builds it (to check a grant before the run changes).
 
     Raises BusError(invalid_path).
     """
@@ -63,7 +73,8 @@ def materialize(run: Run, path: WorkflowPath) -> Node:
         if parent is None:
             raise BusError("invalid_path", to=str(path), detail="its parent stage is not known")
     nodes = build_nodes([{"name": path.segments[-1]}], parent)
-    run.attach(nodes, parent)
+    if attach:
+        run.attach(nodes, parent)
     return nodes[0]
 
 

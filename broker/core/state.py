@@ -82,6 +82,8 @@ class State:
     tickets: dict[int, tuple[OnDone, OnDone | None]] = field(default_factory=dict)
     next_ticket: int = 0
     wall: float = 0.0
+    grant_key: bytes = b""            # see broker.core.grants; set from the store at start
+    warnings: list[str] = field(default_factory=list)   # the operator's, shown in status
 
     # -- verbs ---------------------------------------------------------------------
 

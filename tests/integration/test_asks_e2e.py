@@ -146,7 +146,7 @@ def test_mutual_asks_both_complete(connect):
 
 def test_child_contacts_supervisor_across_groups(connect):
     parent = connect("parent", group="team")
-    child = connect("child", group="isolated", parent=parent.id)
+    child = connect("child", group="isolated", parent=parent.id, grant=parent.grant_child()["grant"])
     assert child.intercom(action="send", to=parent.id, message="x")["code"] == "different_group"
     outcome = {}
     waiter = threading.Thread(target=lambda: outcome.update(r=child.contact_supervisor(message="which?")))

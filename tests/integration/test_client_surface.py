@@ -36,22 +36,27 @@ def test_confirm_send_skips_sends_that_carry_reply_to(broker):
 
 def test_marked_terminal_child_refuses_asks_with_the_spec_text(broker):
     with open_session(broker, "parent") as parent, \
-            open_session(broker, "child", kind="noninteractive", parent=parent) as child:
+            open_session(broker, "child", kind="noninteractive", parent=parent,
+                         grant=parent.grant_child()["grant"]) as child:
         assert child.mark_terminal()["ok"]
         result = parent.intercom(action="ask", to="child", message="still there?", timeout=5)
         assert result == {"ok": False, "code": "terminal_child",
                           "error": "Target noninteractive child is terminal and cannot reply"}
 
 
-def test_closed_session_id_goes_back_only_to_the_same_atomic_session(broker):
-    first = open_session(broker, "resumable", atomic_session_id="atomic-1")
-    old_id = first.id
+def test_a_closed_session_id_goes_back_only_with_its_identity_entry(broker):
+    entries = []
+    first = open_session(broker, "resumable", atomic_session_id="atomic-1", history=entries.append)
+    (identity,) = [e for e in entries if e["type"] == "intercom_session_identity"]
+    assert identity["sessionId"] == first.id and identity["reclaimSecret"]
     first.close()
-    stranger = open_session(broker, "stranger", session_id=old_id, atomic_session_id="atomic-2")
-    assert stranger.id != old_id
+    # What list shows (id and Atomic session id) does not take the id.
+    stranger = open_session(broker, "stranger", session_id=first.id, atomic_session_id="atomic-1")
+    assert stranger.id != first.id
+    assert stranger.welcome["reclaimed"] is False and stranger.welcome["reason"]
     stranger.close()
-    with open_session(broker, "resumed", session_id=old_id, atomic_session_id="atomic-1") as back:
-        assert back.id == old_id
+    with open_session(broker, "resumed", identity=identity) as back:
+        assert back.id == first.id and back.welcome["reclaimed"] is True
 
 
 def test_live_id_is_not_given_to_a_second_registration(broker):

@@ -27,7 +27,7 @@ import pytest
 from schemas.limits import CALL_TIMEOUT_S, QUEUED_PER_TARGET
 from schemas.protocol import envelope
 from tests.conftest import start_broker
-from tests.integration.workflow_helpers import new_run_id, ok, path, send_for_id, take
+from tests.integration.workflow_helpers import GRANTS, granted, new_run_id, ok, path, send_for_id, take
 
 RECEIVE_S = 15.0
 BACK_S = 30.0
@@ -108,7 +108,7 @@ def queued(result: dict) -> dict:
 def host_run(crashable, stages=STAGES):
     host = crashable.connect("host")
     run = new_run_id()
-    ok(host.register_run(run, stages))
+    granted(ok(host.register_run(run, stages)))
     return host, run
 
 
@@ -216,7 +216,8 @@ def test_queued_entries_survive_kill9_and_reach_the_stage_once_in_fifo_order(cra
     crashable.restart()
     host_back(crashable, host, run)
 
-    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
+    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1",
+                             grant=GRANTS[path(run, "plan")])
     got = take(plan, len(expected), RECEIVE_S)
     assert [m["message"] for m in got] == expected
     assert all(m["receivedBeforeStart"] is True and m["from"] == host.id for m in got)
@@ -251,7 +252,8 @@ def test_taken_entries_are_not_redelivered_after_kill9_to_the_same_transcript(cr
     crashable.kill9()
     crashable.restart()
     host_back(crashable, host, run)
-    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
+    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1",
+                             grant=GRANTS[path(run, "plan")])
     assert [m["message"] for m in take(plan, len(expected), RECEIVE_S)] == expected
     ok(plan.intercom(action="status"))       # its receipts are handled ...
     durability_barrier(host, run)             # ... and committed
@@ -264,7 +266,8 @@ def test_taken_entries_are_not_redelivered_after_kill9_to_the_same_transcript(cr
     if reconnect == "automatic":
         crashable.wait_back(plan)              # the same session said hello again
     else:
-        plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
+        plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1",
+                             grant=GRANTS[path(run, "plan")])
 
     assert_nothing_more(plan, host, path(run, "plan"))
 
@@ -323,7 +326,8 @@ def test_sends_queued_before_a_mid_stream_kill9_are_delivered_after_restart(cras
     pre_kill = [n for n in answered_before if answers[n].get("queued")]
     assert len(pre_kill) == len(answered_before), [answers[n] for n in answered_before if not answers[n].get("queued")]
     queued_all = [n for n in range(total) if answers[n].get("ok") and answers[n].get("queued")]
-    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
+    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1",
+                             grant=GRANTS[path(run, "plan")])
     got = [m["message"] for m in take(plan, len(queued_all), RECEIVE_S)]
     got += receive_until_marker(plan, host, path(run, "plan"))
 
@@ -359,7 +363,8 @@ def test_send_retried_with_the_same_id_after_kill9_is_not_queued_twice(crashable
     _, retry = send_with_id(host, path(run, "plan"), "exactly once", msg_id=msg_id)
     ok(retry)
 
-    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
+    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1",
+                             grant=GRANTS[path(run, "plan")])
     (msg,) = take(plan, 1, RECEIVE_S)
     assert msg["id"] == msg_id and msg["message"] == "exactly once"
     assert_nothing_more(plan, host, path(run, "plan"))
@@ -378,7 +383,8 @@ def test_queue_limit_still_holds_after_kill9(crashable):
     refused = host.intercom(action="send", to=path(run, "plan"), message="m50")
     assert refused.get("ok") is False and refused["code"] == "queue_full", refused
     assert refused["error"] == "Pending stage message queue is full (limit 50)", refused
-    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
+    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1",
+                             grant=GRANTS[path(run, "plan")])
     got = take(plan, QUEUED_PER_TARGET, RECEIVE_S)
     assert [m["message"] for m in got] == [f"m{n}" for n in range(QUEUED_PER_TARGET)]
 
@@ -393,7 +399,8 @@ def test_end_run_after_kill9_notifies_with_the_queued_message_ids(crashable):
     crashable.kill9()
     crashable.restart()
     host_back(crashable, host, run)
-    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1")
+    plan = crashable.connect("plan", kind="stage", stage=path(run, "plan"), transcript="plan-t1",
+                             grant=GRANTS[path(run, "plan")])
     (msg,) = take(plan, 1, RECEIVE_S)
     assert msg["id"] == delivered_id
     while host.next_event(0) is not None:

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from client import ConnectError
 from schemas.config import Config
 from schemas.errors import ERRORS
 from schemas.limits import MAX_MESSAGE_CHARS
@@ -396,7 +397,8 @@ def test_explicit_group_beats_parent_env_and_config(bus, monkeypatch):
     parent = bus.connect("parent", group=unique())
     monkeypatch.setenv("ATOMIC_INTERCOM_GROUP", unique())
     explicit = unique()
-    child = bus.connect("child", group=explicit, parent=parent.id, config=Config(group=unique()))
+    child = bus.connect("child", group=explicit, parent=parent.id, config=Config(group=unique()),
+                        grant=parent.grant_child()["grant"])
     assert child.home_group == explicit
     assert child.intercom(action="status")["homeGroup"] == explicit
 
@@ -405,17 +407,17 @@ def test_parent_group_beats_env_and_config(bus, monkeypatch):
     parent_group = unique()
     parent = bus.connect("parent", group=parent_group)
     monkeypatch.setenv("ATOMIC_INTERCOM_GROUP", unique())
-    child = bus.connect("child", group=None, parent=parent.id, config=Config(group=unique()))
+    child = bus.connect("child", group=None, parent=parent.id, config=Config(group=unique()),
+                        grant=parent.grant_child()["grant"])
     status = child.intercom(action="status")
     assert status["homeGroup"] == parent_group
     assert status["groups"] == [parent_group]
 
 
-def test_unknown_parent_falls_back_to_env(bus, monkeypatch):
-    env_group = unique()
-    monkeypatch.setenv("ATOMIC_INTERCOM_GROUP", env_group)
-    child = bus.connect("child", group=None, parent=str(uuid.uuid4()))
-    assert child.intercom(action="status")["homeGroup"] == env_group
+def test_a_claimed_parent_without_its_grant_is_refused_at_connect(bus):
+    with pytest.raises(ConnectError) as refused:
+        bus.connect("child", group=None, parent=str(uuid.uuid4()))
+    assert refused.value.code == "grant_required"
 
 
 def test_atomic_env_group_beats_legacy_env_and_config(bus, monkeypatch):

@@ -16,6 +16,7 @@ import pytest
 from tests.integration.workflow_helpers import (
     RECEIVE_S,
     assert_refused,
+    granted,
     host_run,
     ok,
     path,
@@ -299,7 +300,7 @@ def test_default_group_stage_escapes_pending_invocation_delivery(connect):
 def test_host_list_shows_pending_and_running_stages_with_canonical_targets(connect):
     host, run = host_run(connect, [{"name": "plan", "id": "s-plan"}, {"name": "impl"},
                                    {"name": "rev", "group": "reviewers"}])
-    ok(host.add_stages(run, [{"name": "part-1"}], parent="impl"))
+    granted(ok(host.add_stages(run, [{"name": "part-1"}], parent="impl")))
     start_stage(connect, run, "plan")
 
     row = run_row(host, run)

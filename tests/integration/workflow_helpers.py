@@ -47,18 +47,31 @@ def assert_refused(result: dict, code: str, text: str | None = None) -> None:
 
 # -- sessions --------------------------------------------------------------------------------
 
+# The grants hosts were given (stage path -> grant): what a real host hands the stage
+# sessions it launches.
+GRANTS: dict[str, str] = {}
+
+
+def granted(result: dict) -> dict:
+    """Keep the grants of a register_run / add_stages answer; returns the answer."""
+    GRANTS.update(result.get("grants") or {})
+    return result
+
+
 def host_run(connect, stages: list[dict], name: str = "host") -> tuple:
     """A host session that registered a fresh run; returns (host, run id)."""
     host = connect(name)
     run = new_run_id()
-    result = ok(host.register_run(run, stages))
+    result = granted(ok(host.register_run(run, stages)))
     assert f"workflow:{run}" in result["groups"], result
     return host, run
 
 
 def start_stage(connect, run: str, stage: str, transcript: str | None = None, **kwargs):
-    """A stage session bound to ``workflow:<run>/<stage>`` (nested: "a/b")."""
+    """A stage session bound to ``workflow:<run>/<stage>`` (nested: "a/b"), launched
+    with the grant its host got."""
     name = kwargs.pop("name", stage.rsplit("/", 1)[-1])
+    kwargs.setdefault("grant", GRANTS.get(path(run, stage)))
     return connect(name, kind="stage", stage=path(run, stage),
                    transcript=transcript or f"{name}-{uuid.uuid4().hex[:6]}", **kwargs)
 

@@ -24,6 +24,8 @@ class Bus:
         self._tokens = itertools.count(1)
         self.store = MemoryStore()
         self.engine = self._engine()
+        self.engine.restore(self.store.load())
+        self.grants: dict[str, str] = {}   # stage path -> grant, as hosts were given them
         self.now = 1000.0
         self._ids = itertools.count(1)
         self.last: list = []
@@ -71,10 +73,33 @@ class Bus:
     def workflow(self, identity: bytes, op: str, **fields: Any) -> dict:
         msg_id = f"w{next(self._ids)}"
         out = self.feed(identity, envelope("workflow", id=msg_id, op=op, **fields))
-        return result_for(out, identity, msg_id)
+        result = result_for(out, identity, msg_id)
+        self.grants.update(result.get("grants") or {})
+        return result
+
+    def grant_child(self, launcher: bytes) -> str:
+        """What a launching session asks for before it starts a child."""
+        msg_id = f"g{next(self._ids)}"
+        return result_for(self.feed(launcher, envelope("grant", id=msg_id)), launcher, msg_id)["grant"]
+
+    def _grant_for(self, fields: dict) -> str | None:
+        """The grant a legitimate launcher would have handed this session."""
+        if fields.get("stage"):
+            from broker.core.path_delivery import node_at
+            from broker.core.paths import parse_path
+            if fields["stage"] in self.grants:
+                return self.grants[fields["stage"]]
+            path = parse_path(fields["stage"])
+            run = self.engine.state.runs.get(path.run_id)
+            node = node_at(run, path) if run else None
+            return self.grants.get(run.canonical(node)) if node else None
+        parent = self.engine.registry.by_id.get(fields.get("parent") or "")
+        return self.grant_child(parent.identity) if parent else None
 
     def hello(self, name: str, identity: bytes | None = None, **fields: Any) -> dict:
         identity = identity or name.encode()
+        if "grant" not in fields and (fields.get("stage") or fields.get("parent")):
+            fields["grant"] = self._grant_for(fields)
         msg_id = f"h{next(self._ids)}"
         out = self.feed(identity, envelope("hello", id=msg_id, name=name, **fields))
         return result_for(out, identity, msg_id)

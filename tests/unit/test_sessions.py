@@ -206,16 +206,25 @@ def test_live_id_is_never_given_to_a_new_registration():
     assert other["sessionId"] != welcome["sessionId"]
 
 
-def test_remembered_id_goes_back_only_to_the_same_atomic_session():
+def test_a_remembered_id_goes_back_only_with_its_reclaim_secret():
     bus = Bus()
     welcome = bus.hello("alice", atomicSessionId="atomic-1")
     bus.feed(b"alice", envelope("bye"))
-    stranger = bus.hello("mallory", sessionId=welcome["sessionId"], atomicSessionId="atomic-2")
+    # Knowing the id and the Atomic session id (list shows both) is not enough.
+    stranger = bus.hello("mallory", sessionId=welcome["sessionId"], atomicSessionId="atomic-1")
     assert stranger["sessionId"] != welcome["sessionId"]
+    assert stranger["reclaimed"] is False and "reclaim secret" in stranger["reason"]
     bus.feed(b"mallory", envelope("bye"))
     back = bus.hello("alice", identity=b"alice-3", sessionId=welcome["sessionId"],
-                     atomicSessionId="atomic-1")
-    assert back["sessionId"] == welcome["sessionId"]
+                     token=welcome["token"])
+    assert back["sessionId"] == welcome["sessionId"] and back["reclaimed"] is True
+
+
+def test_a_refused_reclaim_of_a_live_id_says_why():
+    bus = Bus()
+    welcome = bus.hello("alice")
+    other = bus.hello("bob", sessionId=welcome["sessionId"])
+    assert other["reclaimed"] is False and other["reason"] == "a live session holds that id"
 
 
 def test_reconnect_after_restart_restores_listed_memberships():

@@ -1,0 +1,209 @@
+"""Authority is granted, never claimed: each attack a hostile local client tried now
+fails with its code, each legitimate path works. Real broker processes, real sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from client import Client, ConnectError
+from client.__main__ import tail
+from client.keys import from_directory
+from tests.conftest import ROOT, start_broker
+from tests.integration.conftest import stop_process
+from tests.integration.workflow_helpers import GRANTS, host_run, new_run_id, ok, path, queue, start_stage
+
+
+def _connect(endpoint: str, name: str, **kwargs) -> Client:
+    return Client.connect(name=name, endpoint=endpoint, timeout=15, **kwargs)
+
+
+# -- stage grants ---------------------------------------------------------------------------
+
+def test_binding_as_a_stage_needs_that_stages_grant(connect):
+    host, run = host_run(connect, [{"name": "plan"}, {"name": "review"}])
+    queue(host, path(run, "plan"), "the plan")
+    for grant, code in ((None, "grant_required"), (GRANTS[path(run, "review")], "invalid_grant")):
+        with pytest.raises(ConnectError) as refused:
+            connect("mallory", kind="stage", stage=path(run, "plan"), grant=grant)
+        assert refused.value.code == code
+    plan = start_stage(connect, run, "plan")
+    assert plan.receive(timeout=10)["message"] == "the plan"
+
+
+def test_a_revoked_stage_grant_is_invalid(connect):
+    host, run = host_run(connect, [{"name": "plan"}])
+    ok(host.revoke_stage(run, "plan"))
+    with pytest.raises(ConnectError) as refused:
+        start_stage(connect, run, "plan")
+    assert refused.value.code == "invalid_grant"
+
+
+# -- child grants ---------------------------------------------------------------------------
+
+def test_a_child_is_supervised_only_by_the_launcher_that_granted_it(connect):
+    victim = connect("victim", group="private-" + new_run_id())
+    launcher = connect("launcher", group="mine-" + new_run_id())
+    grant = ok(launcher.grant_child())["grant"]
+    with pytest.raises(ConnectError) as refused:
+        connect("impostor", parent=victim.id, grant=grant)
+    assert refused.value.code == "invalid_grant"
+    child = connect("child", parent=launcher.id, grant=grant)
+    assert child.home_group == launcher.home_group and child.parent_id == launcher.id
+
+
+# -- identity across restarts -----------------------------------------------------------------
+
+def test_a_reopened_process_takes_its_id_back_from_its_history_file(broker, tmp_path):
+    history = tmp_path / "history.jsonl"
+    first = _connect(broker.endpoint, "resumable", atomic_session_id="atomic-1",
+                     history_file=history)
+    peer = _connect(broker.endpoint, "peer")
+    ok(peer.intercom(action="send", to=first.id, message="hello"))
+    assert first.receive(timeout=10)["message"] == "hello"
+    ok(first.intercom(action="send", to=peer.id, message="hi back"))
+    first.close()
+    entries = [json.loads(line) for line in history.read_text().splitlines()]
+    assert [e["type"] for e in entries] == ["intercom_session_identity", "intercom_received",
+                                            "intercom_sent"]
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600
+    with _connect(broker.endpoint, "resumable", identity=entries[0]) as back:
+        assert back.id == first.id and back.welcome["reclaimed"] is True
+    peer.close()
+
+
+# -- CURVE and safe binds ---------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _broker(data_dir: Path, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(data_dir))
+    return subprocess.Popen([sys.executable, "-m", "broker", "--data-dir", str(data_dir), *args],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+@pytest.fixture
+def curve_broker(short_tmp):
+    keys = short_tmp / "keys"
+    subprocess.run([sys.executable, "-m", "broker", "keys", "--dir", str(keys), "--client", "alice",
+                    "--client", "bob"], cwd=ROOT, check=True, capture_output=True,
+                   env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    # bob's key exists but is not allowed.
+    (keys / "clients" / "bob.key").rename(short_tmp / "bob.key")
+    router, pub = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
+    proc = _broker(short_tmp, "--endpoint", router, "--pub-endpoint", pub, "--curve", str(keys))
+    alice = from_directory(keys, "alice")
+    args = {"curve_server_key": alice.server_key, "curve_public_key": alice.public_key,
+            "curve_secret_key": alice.secret_key}
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            _connect(router, "probe", **args).close()
+            break
+        except ConnectError:
+            assert time.monotonic() < deadline and proc.poll() is None, "the CURVE broker did not start"
+    yield router, pub, keys
+    stop_process(proc, 15)
+
+
+def test_secret_key_files_are_owner_only(curve_broker):
+    _, _, keys = curve_broker
+    for secret in [keys / "broker.key_secret", *sorted((keys / "clients").glob("*.key_secret"))]:
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
+
+
+def test_an_allowed_key_works_as_without_curve_tail_included(curve_broker):
+    router, pub, keys = curve_broker
+    alice = from_directory(keys, "alice")
+    args = {"curve_server_key": alice.server_key, "curve_public_key": alice.public_key,
+            "curve_secret_key": alice.secret_key}
+    lines: list[str] = []
+
+    class Out:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    import threading
+    watcher = threading.Thread(target=tail, args=(pub, None, True, Out(), 1), kwargs={"curve": alice},
+                               daemon=True)
+    watcher.start()
+    with _connect(router, "one", **args) as one:
+        deadline = time.monotonic() + 15
+        while watcher.is_alive() and time.monotonic() < deadline:
+            # PUB joins late: keep producing presence until the watcher has a line.
+            with _connect(router, "two", **args) as two:
+                ok(two.intercom(action="send", to=one.id, message="over curve"))
+                assert one.receive(timeout=10)["message"] == "over curve"
+        watcher.join(5)
+    assert lines and json.loads(lines[0])["event"] in ("session_joined", "session_left")
+
+
+def test_a_refused_key_fails_fast_with_auth_failed_and_no_session(curve_broker):
+    router, _, keys = curve_broker
+    alice = from_directory(keys, "alice")
+    bob = from_directory(keys, "bob")     # its public key is not in the allowed directory
+    with _connect(router, "watcher", curve_server_key=alice.server_key,
+                  curve_public_key=alice.public_key, curve_secret_key=alice.secret_key) as watcher:
+        started = time.monotonic()
+        with pytest.raises(ConnectError) as refused:
+            _connect(router, "bob", curve_server_key=bob.server_key, curve_public_key=bob.public_key,
+                     curve_secret_key=bob.secret_key)
+        assert refused.value.code == "auth_failed"
+        assert time.monotonic() - started < 5
+        assert watcher.next_event(timeout=0.5) is None
+        assert [s["name"] for s in ok(watcher.intercom(action="list"))["sessions"]] == []
+
+
+def test_a_network_bind_without_curve_is_refused_unless_insecure(short_tmp):
+    endpoint = f"tcp://0.0.0.0:{_free_port()}"
+    proc = _broker(short_tmp, "--endpoint", endpoint, "--pub-endpoint", f"ipc://{short_tmp}/p.sock")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert len(err.strip().splitlines()) == 1 and "--curve" in err and err.startswith("broker: ")
+    proc = _broker(short_tmp, "--endpoint", endpoint, "--pub-endpoint", f"ipc://{short_tmp}/p.sock",
+                   "--insecure")
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                session = _connect(endpoint.replace("0.0.0.0", "127.0.0.1"), "probe")
+                break
+            except ConnectError:
+                assert time.monotonic() < deadline and proc.poll() is None
+        with session:
+            warnings = ok(session.intercom(action="status"))["broker"]["warnings"]
+            assert any("insecure" in w for w in warnings)
+    finally:
+        stop_process(proc, 15)
+
+
+def test_ipc_socket_files_are_owner_only_whatever_the_umask(short_tmp):
+    old = os.umask(0)
+    try:
+        broker = start_broker(short_tmp)
+    finally:
+        os.umask(old)
+    try:
+        with _connect(broker.endpoint, "probe"):
+            pass
+        for endpoint in (broker.endpoint, broker.pub_endpoint):
+            mode = stat.S_IMODE(Path(endpoint[len("ipc://"):]).stat().st_mode)
+            assert mode == 0o600, (endpoint, oct(mode))
+    finally:
+        broker.stop()
