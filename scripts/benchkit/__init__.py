@@ -14,8 +14,10 @@ One idea per module:
 ``report``           result rows, the table printer, percentiles and medians
 ``live_sections``    bench.py sections ``throughput``, ``latency`` and ``ask``
 ``durable_section``  bench.py section ``durable`` and the sticky rows check
-``scaling``          bench.py section ``scaling`` (costs at a small and a large size) and
-                     its roles
+``scaling``          bench.py section ``scaling`` (costs at a small and a large size):
+                     parts ``stages`` and ``runs`` and their roles
+``scaling_departure``  its part ``departure`` (mass SIGKILL) and the observer role
+``scaling_common``   constants and helpers both scaling modules share
 ``load_worker``      load_sessions.py worker role: holds its share of the sessions
 ``load_observers``   load_sessions.py watcher (presence events) and status prober
 ``load_run``         load_sessions.py run state: broker, workers, rows, problems, table

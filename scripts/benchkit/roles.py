@@ -4,7 +4,8 @@ Every measuring process is a fresh interpreter re-executing bench.py with those
 arguments (:meth:`benchkit.procs.Harness.spawn_role`); :func:`run_role` looks the name
 up in ``ROLES`` and calls it with the JSON arguments as keywords. New process kinds
 are written in :mod:`benchkit.baselines`, :mod:`benchkit.bus_roles` or beside their
-section (:mod:`benchkit.scaling`) and registered here.
+section (:mod:`benchkit.scaling`, :mod:`benchkit.scaling_departure`) and registered
+here.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from benchkit.role_io import emit
 from benchkit.scaling import (
     role_scaling_host,
     role_scaling_list_probe,
-    role_scaling_observer,
     role_scaling_register_host,
 )
+from benchkit.scaling_departure import role_scaling_observer
 
 ROLES: dict[str, Callable[..., None]] = {
     "raw_forwarder": role_raw_forwarder,
