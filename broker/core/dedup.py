@@ -71,6 +71,10 @@ class MessageIds:
         items = (*answer.items(), ("messageId", _OWN_ID))
         self._seen.put_all(msg_ids, [(sender_id, mark, items) for mark in fingerprints])
 
+    def generations(self) -> tuple[dict, dict]:
+        """For ``id in young or id in old`` in a tight loop (valid until the next write)."""
+        return self._seen.generations()
+
     def answer(self, msg_id: str, answer: dict[str, Any] | BusError) -> None:
         """The final answer of a message whose answer was pending."""
         entry = self._seen.get(msg_id)
@@ -86,3 +90,11 @@ def fingerprint(action: str, to: str | None, message: str | None,
                 reply_to: str | None = None, attachments: list | None = None) -> int:
     """A hash of everything that makes a message this message."""
     return hash((action, to, message, reply_to, repr(attachments) if attachments else None))
+
+
+def fingerprints(action: str, to: Any, messages: list, reply_to: str | None = None,
+                 attachments: list | None = None) -> list[int]:
+    """:func:`fingerprint` of each message of a batch to one target (one call, not one
+    per message)."""
+    shown = repr(attachments) if attachments else None
+    return [hash((action, to, message, reply_to, shown)) for message in messages]

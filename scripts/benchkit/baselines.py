@@ -253,12 +253,14 @@ def role_raw_apsw_insert(path: str, count: int, sync: str, size: int) -> None:
              "bench-durable-raw", str(uuid.uuid4())) for i in range(count)]
     emit("ready", pid=os.getpid())
     execute = conn.execute
-    sql = "INSERT INTO sticky VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    sql = ("INSERT INTO sticky (seq, run_id, target, sender_id, sender_name, message_id, message, "
+           "attachments, sent_at, ack, position, not_in_known_set) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
     packb = msgpack.packb
     t0 = time.perf_counter()
     for row in rows:
         with conn:
-            execute(sql, (*row, text, packb([], use_bin_type=True), time.time(), 1))
+            execute(sql, (*row, text, packb([], use_bin_type=True), time.time(), 1, 1, 0))
     elapsed = time.perf_counter() - t0
     (n,), = conn.execute("SELECT count(*) FROM sticky")
     conn.close()

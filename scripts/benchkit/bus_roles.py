@@ -23,10 +23,12 @@ def _connect(name: str, endpoint: str, **kwargs):
 
 
 def role_bus_receiver(endpoint: str, warm: int, count: int, timeout_s: float,
-                      idle_s: float = 10.0, stage: str | None = None) -> None:
-    """Count ``session.receive``; with ``stage``, as a workflow stage session at that path."""
+                      idle_s: float = 10.0, stage: str | None = None,
+                      grant: str | None = None) -> None:
+    """Count ``session.receive``; with ``stage`` (and the host's ``grant``), as a
+    workflow stage session at that path."""
     session = (_connect("bench-recv", endpoint) if stage is None else
-               _connect("bench-stage", endpoint, kind="stage", stage=stage))
+               _connect("bench-stage", endpoint, kind="stage", stage=stage, grant=grant))
     try:
         emit("ready", pid=os.getpid(), session_id=session.id)
         counter = Counter(warm, count)

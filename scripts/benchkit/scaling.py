@@ -73,10 +73,13 @@ def role_scaling_host(endpoint: str, mode: str, stages: int, count: int, warm: i
     errors: dict[str, int] = {}
     want = "queued" if mode == "queued" else "delivered"
 
+    grants: dict[str, str] = {}
+
     def register(run_id: str) -> None:
         result = session.register_run(run_id, specs)
         if not result.get("ok"):
             raise RuntimeError(f"register_run {run_id} failed: {result}")
+        grants.update(result.get("grants") or {})
         runs.append(run_id)
 
     def plan(prefix: str, n: int) -> list[str]:
@@ -110,7 +113,9 @@ def role_scaling_host(endpoint: str, mode: str, stages: int, count: int, warm: i
     try:
         if mode == "live":
             register(tag)
-            emit("registered", run_id=tag, stage=f"workflow:{tag}/s0")
+            # The host hands the stage session it launches its grant, as a runtime does.
+            emit("registered", run_id=tag, stage=f"workflow:{tag}/s0",
+                 grant=grants.get(f"workflow:{tag}/s0"))
             warm_runs = 0
             dests = plan(tag, warm + count)
         else:
@@ -207,10 +212,10 @@ def measure_live(h: Harness, broker: Proc, ep, stages: int, cfg: Config) -> dict
                         size=MESSAGE_BYTES)
     receiver = None
     try:
-        stage = host.expect("registered", 60)["stage"]
+        registered = host.expect("registered", 60)
         receiver = h.spawn_role("bus_receiver", endpoint=ep.router, warm=warm,
                                 count=cfg.scaling_live, timeout_s=cfg.run_timeout_s,
-                                stage=stage)
+                                stage=registered["stage"], grant=registered.get("grant"))
         receiver.expect("ready", 30)
     except BaseException:
         h.reap([p for p in (host, receiver) if p is not None], timeout=0)
