@@ -44,12 +44,15 @@ def membership_changed(state: State, session: Session, before: set[str], after: 
     peers.discard(session.id)
     groups_changed = before != after
     row = session.public()
+    # A departed session's row is who it was, not what it can do: brief, as a mass
+    # departure sends one to every peer of every departing session.
+    told = {k: row[k] for k in BRIEF_FIELDS} if departing else row
     about: dict[str, dict] = {}   # one event per kind, shared by every peer
 
     def event(kind: str) -> dict:
         env = about.get(kind)
         if env is None:
-            env = about[kind] = envelopes.presence(kind, row)
+            env = about[kind] = envelopes.presence(kind, told)
         return env
 
     for peer_id in peers:
