@@ -89,7 +89,7 @@ class Broker:
             self._lock_ipc(settings.pub_endpoint)
             self.store = SqliteStore(settings.db_path, settings.synchronous)
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
-                                 warnings=self.warnings)
+                                 warnings=self.warnings, pub_endpoint=settings.pub_endpoint)
             self.engine.restore(self.store.load())
             self._bind()
         except Exception:

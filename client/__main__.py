@@ -68,12 +68,27 @@ def tail(endpoint: str, group: str | None, as_json: bool, out=sys.stdout,
     return 0
 
 
-def one_call(args: argparse.Namespace, params: dict, curve: CurveKeys | None) -> int:
-    keys = {} if curve is None else {"curve_server_key": curve.server_key,
+def _keys(curve: CurveKeys | None) -> dict:
+    return {} if curve is None else {"curve_server_key": curve.server_key,
                                      "curve_public_key": curve.public_key,
                                      "curve_secret_key": curve.secret_key}
+
+
+def broker_pub_endpoint(args: argparse.Namespace, curve: CurveKeys | None) -> str | None:
+    """Where the broker at ``--endpoint`` (or the default) publishes: its welcome says.
+    Prints one line and returns None when no broker answers."""
     try:
-        session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.as_group, **keys)
+        with Client.connect(name=f"{args.name}-tail", endpoint=args.endpoint, **_keys(curve)) as probe:
+            return probe.welcome.get("pubEndpoint") or pub_endpoint()
+    except ConnectError as exc:
+        print(f"client: {exc}", file=sys.stderr)
+        return None
+
+
+def one_call(args: argparse.Namespace, params: dict, curve: CurveKeys | None) -> int:
+    try:
+        session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.as_group,
+                                 **_keys(curve))
     except ConnectError as exc:
         print(json.dumps({"ok": False, "code": exc.code, "error": str(exc)}))
         return 1
@@ -113,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"client: {exc}", file=sys.stderr)
         return 2
     if args.command == "tail":
-        return tail(args.pub_endpoint or pub_endpoint(), args.group, args.json, curve=curve)
+        where = args.pub_endpoint or broker_pub_endpoint(args, curve)
+        if where is None:
+            return 2
+        return tail(where, args.group, args.json, curve=curve)
     params = {"action": args.command}
     for key in ("group", "to", "message"):
         if getattr(args, key, None) is not None:

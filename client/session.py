@@ -28,6 +28,7 @@ from schemas.tools import intercom_params_problem
 from .history import IDENTITY, RECEIVED, SENT, History
 from .keys import CurveKeys, resolve as resolve_keys
 from .inbox import Waitable
+from . import reach
 from .render import render_body
 from .transport import Transport
 
@@ -200,6 +201,11 @@ class Session:
         if problem:
             return error_reply(problem[0], **problem[1])
         action = params["action"]
+        if action == "status" and not self.connected and not self._closed:
+            # Answer at once: what this side knows while the broker is out of reach.
+            return {"ok": True, "connected": False, "since": self._transport.silent_since(),
+                    "sessionId": self.id, "groups": list(self.groups),
+                    "homeGroup": self.home_group}
         timeout = params.pop("timeout", None) if action == "ask" else None
         if "timeout" in params:
             return error_reply("invalid_params", detail="timeout applies to ask only")
@@ -429,7 +435,11 @@ class Client:
             token = identity.get("reclaimSecret")
             atomic_session_id = atomic_session_id or identity.get("atomicSessionId")
         curve = resolve_keys(curve_server_key, curve_public_key, curve_secret_key)
-        session = Session(name=name, endpoint=endpoint or router_endpoint(), group=group,
+        endpoint = endpoint or router_endpoint()
+        nobody = reach.problem(endpoint)
+        if nobody is not None:
+            raise ConnectError(*nobody)
+        session = Session(name=name, endpoint=endpoint, group=group,
                           agent=agent, atomic_session_id=atomic_session_id, kind=kind,
                           parent=parent, config=config, session_id=session_id, stage=stage,
                           transcript=transcript, notify_undeliverable=notify_undeliverable,

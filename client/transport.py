@@ -108,6 +108,11 @@ class Transport:
     def connected(self) -> bool:
         return self._protocol.connected
 
+    def silent_since(self) -> float | None:
+        """Wall-clock time the broker was last heard from (None: never)."""
+        heard = self._protocol.last_heard
+        return time.time() - (time.monotonic() - heard) if heard else None
+
     # -- public, any thread ---------------------------------------------------------
 
     def request(self, env: dict) -> Reply:

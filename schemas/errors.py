@@ -39,6 +39,7 @@ _TABLE = [
     ErrorSpec("batch_too_large", "protocol", "Batch of {size} envelopes exceeds the limit of {limit}"),
     # -- request -------------------------------------------------------------------
     ErrorSpec("invalid_params", "request", "{detail}"),
+    ErrorSpec("invalid_endpoint", "request", "{detail}"),
     ErrorSpec("request_too_large", "request", "Request of {size} bytes exceeds the broker's limit of {limit} bytes; send less text or fewer attachments"),
     ErrorSpec("unknown_action", "request", "Unknown action {action!r}"),
     ErrorSpec("missing_param", "request", "Action {action!r} requires {param!r}"),
@@ -87,6 +88,9 @@ _TABLE = [
     ErrorSpec("unknown_run", "state", "No workflow run {run_id!r} is registered"),
     ErrorSpec("not_run_host", "state", "Only the session that registered run {run_id!r} may change it"),
     ErrorSpec("invalid_transition", "state", "Stage {stage!r} cannot go from {old} to {new}"),
+    ErrorSpec("stage_not_deliverable", "state", "{to!r} is a stage with group \"default\": it is "
+              "not workflow-owned and cannot receive Intercom messages before it starts; send "
+              "to it once it is running"),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
     # -- peer ----------------------------------------------------------------------
     ErrorSpec("ask_timeout", "peer", "No reply within {timeout_s:g} s"),

@@ -117,7 +117,7 @@ def welcome(state: State, session: Session) -> dict[str, Any]:
         "sessionId": session.id, "token": session.token, "name": session.name,
         "groups": list(session.groups), "homeGroup": session.home_group,
         "brokerId": state.broker_id, "livenessS": state.limits.liveness_s,
-        "parent": session.parent_id,
+        "parent": session.parent_id, "pubEndpoint": state.pub_endpoint,
     }
 
 

@@ -65,9 +65,9 @@ class Engine:
                  identities: dict[str, IdentityRecord] | None = None,
                  new_id: Callable[[], str] = _random_id,
                  new_token: Callable[[], str] = _random_token,
-                 warnings: list[str] | None = None) -> None:
+                 warnings: list[str] | None = None, pub_endpoint: str | None = None) -> None:
         self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
-                           warnings=list(warnings or ()))
+                           warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
         if identities:
             self.state.identities.update(identities)
         self._next_sweep_at = 0.0

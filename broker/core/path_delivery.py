@@ -51,6 +51,9 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
             hand_over(state, entry, node, live, now, before_start=False, record=False)
             return {"delivered": True, "to": live.id, "toName": live.name,
                     "target": run.canonical(node), "messageId": re}
+        if node.group == DEFAULT_GROUP:
+            # Not workflow-owned: it gets no pre-start delivery, so nothing is queued.
+            raise BusError("stage_not_deliverable", to=to)
     position = state.sticky.reserve(run.run_id, path)
     entry = Entry(state.sticky.allocate(), run.run_id, path, session.id, session.name, re,
                   message, attachments, state.wall, session.notify_undeliverable, position,

@@ -84,6 +84,7 @@ class State:
     wall: float = 0.0
     grant_key: bytes = b""            # see broker.core.grants; set from the store at start
     warnings: list[str] = field(default_factory=list)   # the operator's, shown in status
+    pub_endpoint: str | None = None   # told in the welcome, so tail follows this broker
 
     # -- verbs ---------------------------------------------------------------------
 

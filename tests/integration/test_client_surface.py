@@ -1,11 +1,13 @@
 """Client behaviours set by config or connect options, through the public surface."""
 
 import threading
+import time
 
 import pytest
 
 from client import Client, ConnectError
 from schemas.config import Config
+from tests.conftest import start_broker
 
 
 def open_session(broker, name, **kwargs):
@@ -132,3 +134,29 @@ def test_a_rejected_config_file_is_logged_once_and_defaults_are_used(broker, tmp
     records = [r for r in caplog.records if r.name == "intercom.client"]
     assert len(records) == 1 and "replyHint" in records[0].getMessage()
     assert "defaults" in records[0].getMessage()
+
+
+def test_an_endpoint_that_cannot_be_parsed_fails_at_once():
+    started = time.monotonic()
+    with pytest.raises(ConnectError) as refused:
+        Client.connect(name="x", endpoint="foo", timeout=15)
+    assert refused.value.code == "invalid_endpoint" and time.monotonic() - started < 1
+
+
+def test_status_with_the_broker_down_answers_at_once_with_the_connection_state(short_tmp):
+    broker = start_broker(short_tmp)
+    try:
+        session = open_session(broker, "alone")
+        assert session.intercom(action="join", group="ops")["ok"]
+    finally:
+        broker.kill()
+    deadline = time.monotonic() + 15
+    while session.connected:            # the client notices the silence within its liveness
+        assert time.monotonic() < deadline
+        session.next_event(timeout=0.2)
+    started = time.monotonic()
+    status = session.intercom(action="status")
+    assert time.monotonic() - started < 0.5
+    assert status["ok"] is True and status["connected"] is False
+    assert status["groups"] == ["default", "ops"] and status["since"] <= time.time()
+    session.close()

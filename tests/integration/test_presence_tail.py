@@ -256,3 +256,16 @@ def test_tail_without_json_prints_one_readable_line_per_event(bus, start_tail):
         assert g in line and zed.id in line
     assert "session_joined" in joined
     assert "presence_update" in updated and "tool:grep" in updated
+
+
+def test_tail_with_an_endpoint_follows_that_brokers_pub_socket(bus, tmp_path):
+    """No --pub-endpoint: the broker's welcome says where its PUB socket is."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "client", "--endpoint", bus.broker.endpoint, "tail", "--json"],
+        cwd=ROOT, env=child_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = LineReader(proc)
+    try:
+        warm_up(reader, bus.connect("warm"))
+    finally:
+        stop_process(proc, signal.SIGINT)
+        proc.stdout.close()

@@ -283,7 +283,9 @@ def test_stage_group_true_is_namespaced_under_the_run(connect):
 
 def test_default_group_stage_escapes_pending_invocation_delivery(connect):
     host, run = host_run(connect, [{"name": "plan"}, {"name": "esc", "group": "default"}])
-    queue(host, path(run, "esc"), "queued for an escaped stage")
+    # Not workflow-owned: an exact send before it starts is refused, nothing is queued.
+    refused = send(host, path(run, "esc"), "for an escaped stage")
+    assert refused["ok"] is False and refused["code"] == "stage_not_deliverable", refused
     queue(host, path(run, "**"), "broadcast")
 
     esc = start_stage(connect, run, "esc")

@@ -362,3 +362,11 @@ def test_pipelined_queued_send_retried_after_a_restart_is_answered_queued_with_i
     assert result_for(out, b"host2", "p1") == first
     assert not [c for c in out if getattr(c, "env", {}).get("k") == "acks"]
     assert len(list(bus.engine.state.sticky.entries("r1"))) == 2
+
+
+def test_a_send_to_an_unstarted_default_group_stage_is_refused_and_nothing_queued():
+    bus = hosted()
+    bus.workflow(b"host", "add_stages", runId="r1", stages=[{"name": "escape", "group": "default"}])
+    result = send(bus, b"host", "workflow:r1/escape")
+    assert result["code"] == "stage_not_deliverable" and "before it starts" in result["error"]
+    assert bus.persisted() == [] and not bus.engine.state.sticky.by_message
