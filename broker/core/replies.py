@@ -7,9 +7,9 @@ Reply resolution, first rule that applies:
    With ``to`` as well, the thread's sender must be ``to``.
 2. ``to``: the single unresolved ask from that sender (several need ``replyTo``).
 3. the message of the current turn (the client passes it as ``currentTurn``), when
-   it is still unresolved or was an ordinary message whose sender is still here; a
-   turn that can no longer be answered (its sender left, its ask timed out) fails
-   rather than answer someone else;
+   it is still unresolved or was an ordinary message whose sender is still here and
+   no ask waits once it was answered; a turn that can no longer be answered (its
+   sender left, its ask timed out) fails rather than answer someone else;
 4. once the current turn is answered (or with no turn), the single unresolved
    inbound ask; several need ``to`` or ``replyTo``.
 
@@ -107,10 +107,13 @@ def _thread(state: State, session: Session, params: dict,
     if turn is not None:
         if turn in pending:
             return pending[turn], None
+        answered = turn in state.answered.get(session.id, ())
         ordinary = _ordinary(state, session, turn)
-        if ordinary is not None:
+        # Once the turn's message is answered, a later bare reply is for the single
+        # pending ask, if one waits; with none waiting it answers the turn again.
+        if ordinary is not None and not (answered and pending):
             return None, ordinary
-        if turn not in state.answered.get(session.id, ()):
+        if not answered:
             raise BusError("stale_turn", id=turn)
     if len(pending) == 1:
         return next(iter(pending.values())), None

@@ -370,3 +370,20 @@ def test_a_per_call_timeout_may_exceed_the_configured_default():
     assert answers(bus, b"alice", "a1") == []
     bus.advance(2.0)
     assert answers(bus, b"alice", "a1")[0]["code"] == "ask_timeout"
+
+
+def test_once_an_ordinary_turn_is_answered_a_bare_reply_goes_to_the_single_waiting_ask():
+    bus = three()
+    bus.call(b"alice", "send", msg_id="m1", to="bob", message="fyi")
+    assert bus.call(b"bob", "reply", msg_id="r1", message="thanks", currentTurn="m1")["replyTo"] == "m1"
+    ask(bus, b"carol", "c1", "bob")
+    result = bus.call(b"bob", "reply", msg_id="r2", message="answer", currentTurn="m1")
+    assert result["ok"] and result["replyTo"] == "c1"
+    assert answers(bus, b"carol", "c1")[0]["message"] == "answer"
+
+
+def test_an_answered_ordinary_turn_with_no_ask_waiting_is_answered_again():
+    bus = three()
+    bus.call(b"alice", "send", msg_id="m1", to="bob", message="fyi")
+    bus.call(b"bob", "reply", msg_id="r1", message="one", currentTurn="m1")
+    assert bus.call(b"bob", "reply", msg_id="r2", message="two", currentTurn="m1")["replyTo"] == "m1"
