@@ -50,8 +50,7 @@ def set_capability(state: State, session: Session, capability: str) -> None:
 
 
 def settle_error(state: State, ask: Ask, error: BusError) -> None:
-    state.ids.answer(ask.id, error)
-    state.answer(ask.asker, ask.id, error)
+    state.settle(ask.asker, ask.id, error)
 
 
 def session_gone(state: State, session: Session) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.errors import BusError
-from schemas.tools import INTERCOM_SCHEMA, intercom_params_ok, intercom_params_problem
+from schemas.tools import intercom_params_ok, intercom_params_problem
 
 _ENVELOPE = frozenset({"v", "k", "id", "currentTurn", "quiet"})
-PARAMS = frozenset(INTERCOM_SCHEMA["properties"])
 
 
 def tool_params(env: dict) -> dict[str, Any]:

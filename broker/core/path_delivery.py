@@ -181,7 +181,4 @@ def notify_undeliverable(state: State, entry: Entry, reason: str) -> None:
 
 def _settle(state: State, sender_id: str, re: str, value: dict | BusError) -> None:
     """The deferred answer of a queued send, remembered for retries."""
-    state.ids.answer(re, value)
-    session = state.registry.by_id.get(sender_id)
-    if session is not None:
-        state.answer(session, re, value)
+    state.settle(state.registry.by_id.get(sender_id), re, value)

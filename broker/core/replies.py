@@ -45,8 +45,7 @@ def reply(state: State, session: Session, params: dict, turn: str | None, re: st
         answer = {"from": session.id, "fromName": session.name, "message": message,
                   "attachments": attachments, "replyId": re, "messageId": ask.id,
                   "sentAt": state.wall}
-        state.ids.answer(ask.id, answer)
-        state.answer(ask.asker, ask.id, answer)
+        state.settle(ask.asker, ask.id, answer)
         return {"delivered": True, "to": ask.asker.id, "toName": ask.asker.name,
                 "replyTo": ask.id, "messageId": re}
     msg_id, sender = ordinary

@@ -97,6 +97,13 @@ class State:
             self.stats[f"refused.{value.code}"] += 1
         self.out.append(Answer(identity, [re], {} if value is None else value, quiet, ackable))
 
+    def settle(self, to: Session | None, re: str, value: dict[str, Any] | BusError) -> None:
+        """The deferred answer of request ``re`` (an ask's reply or refusal, a queued
+        send's commit): remembered for retries, and sent if its caller is still here."""
+        self.ids.answer(re, value)
+        if to is not None:
+            self.answer(to, re, value)
+
     def persist(self, record: Record, on_durable: OnDone | None = None,
                 on_failed: OnDone | None = None) -> None:
         """Queue a store write; ``on_durable`` runs once it is committed, ``on_failed``

@@ -16,6 +16,7 @@ import pytest
 
 from client import Client, ConnectError
 from client.__main__ import tail
+from client.history import read_identity
 from client.keys import from_directory
 from tests.conftest import ROOT, start_broker
 from tests.integration.conftest import stop_process
@@ -75,7 +76,8 @@ def test_a_reopened_process_takes_its_id_back_from_its_history_file(broker, tmp_
     assert [e["type"] for e in entries] == ["intercom_session_identity", "intercom_received",
                                             "intercom_sent"]
     assert stat.S_IMODE(history.stat().st_mode) == 0o600
-    with _connect(broker.endpoint, "resumable", identity=entries[0]) as back:
+    assert read_identity(history) == entries[0]
+    with _connect(broker.endpoint, "resumable", identity=read_identity(history)) as back:
         assert back.id == first.id and back.welcome["reclaimed"] is True
     peer.close()
 

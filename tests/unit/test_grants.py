@@ -134,3 +134,15 @@ def test_a_dormant_run_goes_back_only_to_its_host_not_to_its_atomic_session_id()
     assert bus.workflow(b"mallory", "register_run", runId="r1", stages=[])["code"] == "not_run_host"
     assert bus.workflow(b"mallory", "stage_state", runId="r1", stage="plan",
                         state="failed")["code"] == "not_run_host"
+
+
+def test_a_child_grant_survives_a_broker_restart():
+    bus = Bus()
+    launcher = bus.hello("launcher", group="private")
+    grant = bus.grant_child(b"launcher")
+    bus.commit()
+    bus.restart()
+    bus.hello("launcher", identity=b"launcher-2", sessionId=launcher["sessionId"],
+              token=launcher["token"], homeGroup="private", groups=["private"])
+    child = bus.hello("child", parent=launcher["sessionId"], grant=grant, group=None)
+    assert child["ok"] and child["parent"] == launcher["sessionId"] and child["homeGroup"] == "private"
