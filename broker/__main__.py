@@ -7,6 +7,7 @@ import signal
 import sys
 from pathlib import Path
 
+from schemas.bounds import BOUNDS
 from schemas.config import load_config
 from schemas.paths import data_dir, database_path, ensure_data_dir, pub_endpoint, router_endpoint
 
@@ -37,7 +38,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="allow a TCP endpoint beyond loopback without CURVE (logged, shown in status)")
     parser.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"],
                         help="SQLite synchronous mode (FULL survives power loss too)")
+    limits = parser.add_argument_group("limits", "what one client may make the broker hold "
+                                       "(also config fields; see the README's limits table)")
+    for bound in BOUNDS:
+        limits.add_argument(bound.flag, dest=bound.field, type=_positive_int, metavar="N",
+                            help=f"{bound.meaning} (default {bound.default}; refused with {bound.code})")
     return parser.parse_args(argv)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def limits_from(args: argparse.Namespace, config) -> Limits:
+    """The bounds in force: a flag beats the config file, which beats the default."""
+    chosen = {bound.field: getattr(args, bound.field) or getattr(config, bound.config)
+              for bound in BOUNDS}
+    return Limits(max_pending_asks=config.maxPendingAsks, ask_timeout_s=config.askTimeout,
+                  **chosen)
 
 
 def keys_main(argv: list[str]) -> int:
@@ -72,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoint=args.endpoint or router_endpoint(base=base),
         pub_endpoint=args.pub_endpoint or pub_endpoint(base=base),
         db_path=args.db or database_path(base),
-        limits=Limits(max_pending_asks=config.maxPendingAsks, ask_timeout_s=config.askTimeout),
+        limits=limits_from(args, config),
         synchronous=args.sync,
         curve_dir=args.curve.expanduser() if args.curve else None,
         insecure=args.insecure,

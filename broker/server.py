@@ -49,6 +49,19 @@ _POLLIN = int(zmq.POLLIN)
 _RCVMORE = int(zmq.RCVMORE)
 
 
+def peer_of(frame: zmq.Frame) -> str:
+    """Who sent ``frame``: its CURVE key when there is one, else the transport's
+    peer (on ipc the client's uid:gid:pid, on TCP its address)."""
+    for prop in ("User-Id", "Peer-Address"):
+        try:
+            value = frame.get(prop)
+        except (zmq.ZMQError, KeyError, UnicodeDecodeError):
+            continue
+        if value:
+            return f"{prop}={value}"
+    return ""
+
+
 class StartupError(Exception):
     """The broker cannot start; the message says why in words a person can act on."""
 
@@ -103,6 +116,7 @@ class Broker:
         self._packb = new_packer()
         self.frames_in = 0
         self.frames_out = 0
+        self._written: dict[bytes, int] = {}   # bytes per identity this round (backlog)
 
     # -- setup -------------------------------------------------------------------------
 
@@ -237,6 +251,12 @@ class Broker:
                     self.log.info("curve_keys_reloaded", directory=str(self.curve.clients))
             if commands:
                 self._execute(commands)
+            if self._written:
+                # Backlog accounting (broker.core.backlog): may drop a session not reading.
+                written, self._written = self._written, {}
+                more = engine.wrote(written, now, wall)
+                if more:
+                    self._execute(more)
             if engine.internal_errors:
                 for exc in engine.internal_errors:
                     self.log.error("internal_error", exc_info=exc)
@@ -251,6 +271,7 @@ class Broker:
         """
         router = self.router
         engine = self.engine
+        known = engine.registry.by_identity
         recv, getsockopt = router.recv, router.getsockopt
         # getsockopt with int constants: the attribute form (router.rcvmore) and a
         # raised zmq.Again per drain cost more than the routing itself. A ROUTER hands
@@ -262,7 +283,15 @@ class Broker:
                 identity = recv(_NOBLOCK)
             except zmq.Again:
                 return False
-            frame = recv()
+            peer = ""
+            if identity in known:
+                frame = recv()
+            else:
+                # Who is behind a new connection, for the per-connection session bound:
+                # only read for identities without a session (zero-copy costs more).
+                data = recv(copy=False)
+                peer = peer_of(data)
+                frame = data.bytes
             extra = False
             while getsockopt(_RCVMORE):
                 recv()
@@ -275,7 +304,7 @@ class Broker:
             except BusError as error:
                 commands.extend(engine.refuse_frame(identity, error))
                 continue
-            commands.extend(engine.receive_batch(identity, envs, now, wall))
+            commands.extend(engine.receive_batch(identity, envs, now, wall, peer))
         return True
 
     def _drain_worker(self, now: float, wall: float, commands: list) -> None:
@@ -318,6 +347,7 @@ class Broker:
             else:
                 writes.append((command.ticket, command.record))
         router = self.router
+        written = self._written
         for identity, envs in outbox.items():
             frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES, encode)
             for env in oversize:
@@ -327,13 +357,16 @@ class Broker:
                     error = BusError("frame_too_large", size=len(encode(env)),
                                      limit=MAX_INBOUND_FRAME_BYTES)
                     frames.append(encode(error_result(env["re"], error)))
+            size = 0
             for frame in frames:
                 try:
                     router.send(identity, _SNDMORE_NOBLOCK)
                     router.send(frame, _NOBLOCK)
                     self.frames_out += 1
+                    size += len(frame)
                 except zmq.Again:
                     self.engine.stats["dropped.peer_full"] += 1
+            written[identity] = written.get(identity, 0) + size
         if writes:
             self.worker.submit(writes)
 

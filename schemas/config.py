@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .bounds import BOUNDS, BY_FIELD
 from .groups import DEFAULT_GROUP, RESERVED_GROUPS
 from .limits import ASK_TIMEOUT_S, MAX_GROUP_CHARS, MAX_PENDING_ASKS
 
@@ -38,6 +39,15 @@ class Config:
     group: str = DEFAULT_GROUP
     maxPendingAsks: int = MAX_PENDING_ASKS
     askTimeout: float = ASK_TIMEOUT_S
+    # The broker's resource bounds (schemas.bounds); a client ignores them.
+    maxSessions: int = BY_FIELD["max_sessions"].default
+    maxSessionsPerConnection: int = BY_FIELD["max_sessions_per_connection"].default
+    maxBacklogBytes: int = BY_FIELD["max_backlog_bytes"].default
+    maxRunsPerSession: int = BY_FIELD["max_runs_per_session"].default
+    maxRunEntries: int = BY_FIELD["max_run_entries"].default
+    maxRunBytes: int = BY_FIELD["max_run_bytes"].default
+    maxStickyBytes: int = BY_FIELD["max_sticky_bytes"].default
+    maxGroups: int = BY_FIELD["max_groups"].default
 
 
 DEFAULT_CONFIG = Config()
@@ -108,6 +118,7 @@ _CHECKS: dict[str, tuple[str, Callable[[object], Any]]] = {
               f"{'/'.join(sorted(RESERVED_GROUPS))})", _group),
     "maxPendingAsks": ("an integer >= 1", _positive_int),
     "askTimeout": ("a number of seconds > 0", _positive_seconds),
+    **{bound.config: ("an integer >= 1", _positive_int) for bound in BOUNDS},
 }
 
 CONFIG_FIELDS: dict[str, FieldSpec] = {

@@ -91,6 +91,19 @@ _TABLE = [
     ErrorSpec("stage_not_deliverable", "state", "{to!r} is a stage with group \"default\": it is "
               "not workflow-owned and cannot receive Intercom messages before it starts; send "
               "to it once it is running"),
+    # Resource limits (broker flags --max-*; see the README's limits table).
+    ErrorSpec("too_many_sessions", "state", "The broker holds {count} sessions{scope}, its limit "
+              "(--{flag} {limit}); close a session or ask the operator to raise the limit"),
+    ErrorSpec("too_many_groups", "state", "A session may belong to at most {limit} groups "
+              "(--max-groups); leave one first"),
+    ErrorSpec("too_many_runs", "state", "This session already hosts {limit} workflow runs "
+              "(--max-runs-per-session); end one first"),
+    ErrorSpec("run_full", "state", "Workflow run {run_id!r} already keeps {what} of queued "
+              "messages, its limit (--{flag} {limit}); wait for stages to start or end the run"),
+    ErrorSpec("sticky_storage_full", "state", "The broker already keeps {size} bytes of queued "
+              "stage messages, its limit (--max-sticky-bytes {limit}); nothing was queued"),
+    ErrorSpec("target_backlogged", "state", "{name} is not reading its messages: {size} bytes "
+              "sent to it are unread (limit {limit}); nothing was delivered, try again later"),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
     # -- peer ----------------------------------------------------------------------
     ErrorSpec("ask_timeout", "peer", "No reply within {timeout_s:g} s"),

@@ -28,3 +28,14 @@ ALT_TEXT_CHARS = 1024
 HEARTBEAT_S = 1.0                  # client sends a heartbeat this often when idle
 LIVENESS_S = 3.0                   # a session silent this long is gone
 CALL_TIMEOUT_S = 10.0              # client waits this long for a non-ask answer
+
+# What one client may make the broker hold (each is a flag and a config field; the
+# README's limits table is generated from broker.limits_table).
+MAX_SESSIONS = 4096                # live sessions, broker-wide
+MAX_SESSIONS_PER_CONNECTION = 1024 # live sessions from one peer (process, address or key)
+MAX_BACKLOG_BYTES = 8 << 20        # bytes sent to one session and not yet read by it
+MAX_RUNS_PER_SESSION = 64          # workflow runs one session hosts
+MAX_RUN_ENTRIES = 1000             # sticky entries kept for one run
+MAX_RUN_BYTES = 16 << 20           # sticky bytes kept for one run
+MAX_STICKY_BYTES = 256 << 20       # sticky bytes kept, broker-wide
+MAX_GROUPS = 256                   # memberships of one session

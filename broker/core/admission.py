@@ -31,6 +31,7 @@ from schemas.errors import BusError
 from schemas.kinds import ID_MAX
 from schemas.limits import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PROTOCOL_VERSION
 
+from . import backlog
 from .authority import refuse_non_agent
 from .commands import Answer
 from .dedup import fingerprints
@@ -138,7 +139,8 @@ def once(state: State, session: Session, action: str, mark: int, re: str,
 
 
 def resolve_target(state: State, session: Session, to: str) -> Session:
-    """An ordinary (non-path) target; known non-agent nodes are refused. Raises BusError."""
+    """An ordinary (non-path) target; known non-agent nodes are refused, and a target
+    past its backlog bound. Raises BusError."""
     try:
         target = resolve_session(state, session, to)
     except BusError as error:
@@ -146,6 +148,7 @@ def resolve_target(state: State, session: Session, to: str) -> Session:
             refuse_non_agent(state, session, to, None)
         raise
     refuse_non_agent(state, session, to, target)
+    backlog.check(state, target)
     return target
 
 

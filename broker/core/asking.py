@@ -13,6 +13,7 @@ from schemas.errors import BusError
 from schemas.limits import MAX_ASK_TIMEOUT_S
 from schemas.names import TERMINAL
 
+from . import backlog
 from .asks import Ask
 from .delivery import deliver
 from .sessions import Session
@@ -22,10 +23,11 @@ from .state import State
 def open_ask(state: State, asker: Session, target: Session, ask_id: str, message: str,
              attachments: list, timeout_s: float | None, now: float, *,
              supervisor: bool) -> None:
-    """Admit an ask and deliver it. Raises BusError(terminal_child | too_many_asks |
-    supervisor_busy)."""
+    """Admit an ask and deliver it. Raises BusError(terminal_child | target_backlogged |
+    too_many_asks | supervisor_busy)."""
     if target.reply_capability == TERMINAL:
         raise BusError("terminal_child")
+    backlog.check(state, target)
     limits = state.limits
     state.asks.check_capacity(asker, supervisor, limits.max_pending_asks)
     # A per-call timeout may exceed the default; MAX_ASK_TIMEOUT_S bounds both.

@@ -28,7 +28,7 @@ from schemas.limits import MAX_NAME_CHARS
 from schemas.names import (IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES, SESSION_KINDS,
                            STAGE, TERMINAL, TERMINAL_CHILD_STATUSES, THINKING, TOOL_PREFIX)
 
-from . import asking
+from . import asking, backlog
 from .authority import check_claimed
 from .commands import Send
 from .grants import check_child
@@ -38,7 +38,6 @@ from .sessions import Session
 from .stages import bind, host_returned, stage_home, unbind
 from .state import IdentityRecord, State
 
-MAX_RESTORED_GROUPS = 64
 MAX_IDENTITIES = 200_000
 
 
@@ -52,6 +51,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     invalid_path | workflow_different_group)."""
     if current is not None:
         if env.get("sessionId") == current.id and _token_ok(current, env.get("token")):
+            backlog.restart(current)
             state.answer(current, re, welcome(state, current))
             return
         raise BusError("already_connected")
@@ -67,6 +67,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         _reattach(state, live, identity, re, now)
         return
 
+    _check_room(state)
     parent_id = env.get("parent") or None
     if parent_id is not None:
         # Supervision is granted by the launcher, never claimed by the child.
@@ -82,9 +83,8 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
             inherited=parent.home_group if parent else None,
             config=env.get("fallbackGroup")))
     restore = env.get("groups")
-    if restore and len(restore) > MAX_RESTORED_GROUPS:
-        raise BusError("bad_envelope", detail=f"at most {MAX_RESTORED_GROUPS} groups")
     groups = [clean_group(g) for g in restore] if restore else [home]
+    groups, dropped = _fit_groups(state, home, groups)
     check_claimed(groups, home, stage is not None)
     session_id, refusal = _grant_id(state, env)
     session = Session(
@@ -94,12 +94,14 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         parent_id=parent_id,
         status_suffix=env.get("statusSuffix"),
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
-        connected_at=now, connected_wall=state.wall, last_seen_at=now)
+        connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=state.peer)
     state.registry.add(session)
     _remember(state, session)
     membership_changed(state, session, set(), set(session.groups), connecting=True)
     state.stats["sessions.opened"] += 1
     greeting = welcome(state, session)
+    if dropped:
+        greeting["droppedGroups"] = dropped
     if env.get("sessionId"):
         greeting["reclaimed"] = refusal is None
         if refusal is not None:
@@ -118,10 +120,12 @@ def welcome(state: State, session: Session) -> dict[str, Any]:
         "groups": list(session.groups), "homeGroup": session.home_group,
         "brokerId": state.broker_id, "livenessS": state.limits.liveness_s,
         "parent": session.parent_id, "pubEndpoint": state.pub_endpoint,
+        "backlogBytes": state.limits.max_backlog_bytes,
     }
 
 
 def heartbeat(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
+    backlog.report_read(session, env.get("read"))
     state.out.append(Send(session.identity, envelopes.heartbeat()))
 
 
@@ -168,10 +172,39 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
 
 def _reattach(state: State, session: Session, identity: bytes, re: str, now: float) -> None:
     """The same client came back on a new connection: keep everything, move the route."""
-    state.registry.rebind(session, identity)
+    state.registry.rebind(session, identity, state.peer)
+    backlog.restart(session)
     session.last_seen_at = now
     state.stats["sessions.reattached"] += 1
     state.answer(session, re, welcome(state, session))
+
+
+def _check_room(state: State) -> None:
+    """A new session fits the broker-wide and per-peer bounds. Raises BusError(too_many_sessions)."""
+    limits, registry = state.limits, state.registry
+    if len(registry) >= limits.max_sessions:
+        raise BusError("too_many_sessions", count=len(registry), scope="",
+                       flag="max-sessions", limit=limits.max_sessions)
+    from_peer = registry.by_peer.get(state.peer, 0)
+    if from_peer >= limits.max_sessions_per_connection:
+        raise BusError("too_many_sessions", count=from_peer, scope=" from this connection",
+                       flag="max-sessions-per-connection", limit=limits.max_sessions_per_connection)
+
+
+def _fit_groups(state: State, home: str, groups: list[str]) -> tuple[list[str], list[str]]:
+    """The memberships a (re)connecting session gets, and those past the bound.
+
+    A reconnect must never be locked out by state the broker accepted before (or by a
+    bound lowered since): the home group and the first groups that fit are kept, the
+    rest are named in the welcome's ``droppedGroups``.
+    """
+    groups = list(dict.fromkeys(groups))
+    limit = state.limits.max_groups
+    if len(groups) <= limit:
+        return groups, []
+    kept = [home] + [g for g in groups if g != home][:limit - 1]
+    chosen = set(kept)
+    return kept, [g for g in groups if g not in chosen]
 
 
 def _remember(state: State, session: Session) -> None:

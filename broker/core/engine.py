@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from schemas.errors import BusError
 
-from . import asking, connect
+from . import asking, backlog, connect
 from .commands import Answer, Command
 from .dedup import fingerprint
 from .dispatch import handle
@@ -128,19 +128,33 @@ class Engine:
                              fingerprint("send", str(entry.target), entry.message, None,
                                          entry.attachments), entry.answer())
 
-    def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None) -> list[Command]:
+    def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None,
+                peer: str = "") -> list[Command]:
         """Handle one decoded envelope from ``identity``."""
-        self.state.wall = now if wall is None else wall
-        handle(self.state, identity, env, now)
-        return self._flush()
+        return self.receive_batch(identity, [env], now, wall, peer)
 
     def receive_batch(self, identity: bytes, envs: list, now: float,
-                      wall: float | None = None) -> list[Command]:
-        """Handle the envelopes of one frame, in order."""
+                      wall: float | None = None, peer: str = "") -> list[Command]:
+        """Handle the envelopes of one frame, in order.
+
+        ``peer`` names who is behind ``identity`` (a client process, a CURVE key, an
+        address) for the per-connection session bound; the shell passes it with the
+        frames of an identity that has no session yet.
+        """
         state = self.state
         state.wall = now if wall is None else wall
+        state.peer = peer
         for env in envs:
             handle(state, identity, env, now)
+        return self._flush()
+
+    def wrote(self, counts: dict[bytes, int], now: float, wall: float | None = None) -> list[Command]:
+        """The shell wrote ``counts`` bytes to these identities (see broker.core.backlog)."""
+        state = self.state
+        state.wall = now if wall is None else wall
+        for session in backlog.wrote(state, counts):
+            state.stats["sessions.not_reading"] += 1
+            connect.disconnect(state, session, "not reading", now)
         return self._flush()
 
     def refuse_frame(self, identity: bytes, error: BusError) -> list[Command]:

@@ -16,7 +16,7 @@ from typing import Any
 from schemas.errors import BusError
 from schemas.names import PENDING, RUNNING, STAGE_STATES, TERMINAL_STATES, run_group
 
-from .membership import change_groups
+from .membership import change_groups, room_for
 from .path_delivery import node_at, notify_undeliverable, settle_exact
 from .paths import looks_like_path, parse_path
 from .grants import stage_grant
@@ -28,7 +28,7 @@ from .state import State
 
 
 def register_run(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
-    """Raises BusError(invalid_params | not_run_host)."""
+    """Raises BusError(invalid_params | not_run_host | too_many_runs | too_many_groups)."""
     run_id = env.get("runId")
     path = parse_path(run_group(run_id), allow_run_only=True) if isinstance(run_id, str) else None
     if path is None or path.segments:
@@ -43,6 +43,10 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
             raise BusError("not_run_host", run_id=run_id)
         merge(run, None, env.get("stages") or [])
     else:
+        if len(state.hosted.get(session.id, ())) >= state.limits.max_runs_per_session:
+            raise BusError("too_many_runs", limit=state.limits.max_runs_per_session)
+        if run_group(run_id) not in session.groups:
+            room_for(state, session)
         run = Run(run_id, session.id, session.atomic_session_id, session.id, created_at=state.wall,
                   nonce=state.new_token()[:16])
         run.attach(build_nodes(env.get("stages") or [], None), None)

@@ -100,7 +100,17 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
     return result
 
 
+def room_for(state: State, session: Session, more: int = 1) -> None:
+    """``session`` may gain ``more`` groups. Raises BusError(too_many_groups)."""
+    if len(session.groups) + more > state.limits.max_groups:
+        raise BusError("too_many_groups", limit=state.limits.max_groups)
+
+
 def change_groups(state: State, session: Session, groups: list[str]) -> None:
+    """The one write of memberships. Raises BusError(too_many_groups) when it would
+    grow past the bound (shrinking is always allowed)."""
+    if len(groups) > len(session.groups):
+        room_for(state, session, len(groups) - len(session.groups))
     before = set(session.groups)
     state.registry.set_groups(session, groups)
     membership_changed(state, session, before, set(session.groups))

@@ -19,6 +19,7 @@ from schemas import envelopes
 from schemas.errors import BusError
 from schemas.names import DEFAULT_GROUP, SENT, UNDELIVERABLE
 
+from . import backlog
 from .authority import run_for
 from .commands import Send
 from .delivery import deliver
@@ -27,7 +28,7 @@ from .records import StickyAnswered, StickyDelivery, StickyDropped
 from .runs import Node, Run
 from .sessions import Session
 from .state import State
-from .sticky import Entry, undeliverable_fields
+from .sticky import Entry, entry_size, undeliverable_fields
 
 
 def send(state: State, session: Session, to: str, re: str, message: str, attachments: list,
@@ -35,7 +36,8 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
     """Deliver or queue one message to a path; None while the entry is being committed.
 
     Raises BusError(invalid_path | unknown_run | workflow_different_group |
-    non_agent_target | self_target | queue_full).
+    non_agent_target | self_target | target_backlogged | stage_not_deliverable |
+    queue_full | run_full | sticky_storage_full).
     """
     path = parse_path(to)
     run = run_for(state, session, path)
@@ -46,6 +48,7 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
         if live is session:
             raise BusError("self_target")
         if live is not None:
+            backlog.check(state, live)
             entry = Entry(0, run.run_id, path, session.id, session.name, re, message,
                           attachments, state.wall, False)
             hand_over(state, entry, node, live, now, before_start=False, record=False)
@@ -54,13 +57,14 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
         if node.group == DEFAULT_GROUP:
             # Not workflow-owned: it gets no pre-start delivery, so nothing is queued.
             raise BusError("stage_not_deliverable", to=to)
-    position = state.sticky.reserve(run.run_id, path)
+    size = entry_size(message, attachments)
+    position = state.sticky.reserve(run.run_id, path, size, state.limits)
     entry = Entry(state.sticky.allocate(), run.run_id, path, session.id, session.name, re,
                   message, attachments, state.wall, session.notify_undeliverable, position,
-                  not agents)
+                  not agents, size=size)
 
     def committed(at: float) -> None:
-        state.sticky.release(run.run_id, path)
+        state.sticky.release(run.run_id, path, size)
         state.sticky.add(entry)
         for node in agent_matches(run, path):
             live = live_session(state, node)
@@ -72,7 +76,7 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
         _settle(state, session.id, re, entry.answer())
 
     def failed(at: float) -> None:
-        state.sticky.release(run.run_id, path)
+        state.sticky.release(run.run_id, path, size)
         _settle(state, session.id, re, BusError("internal_error"))
 
     state.persist(entry.record(), committed, failed)

@@ -14,7 +14,7 @@ Who may see whom is not decided here but in :mod:`broker.core.authority`.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -52,6 +52,9 @@ class Session:
     connected_at: float = 0.0               # monotonic: connection order
     connected_wall: float = 0.0             # wall clock: what people read
     last_seen_at: float = 0.0               # monotonic: liveness
+    peer: str = ""                          # who connected it (see Limits.max_sessions_per_connection)
+    sent_bytes: int = 0                     # written to its connection (broker.core.backlog)
+    read_bytes: int = 0                     # of which its client reported read
 
     @property
     def stage(self) -> str | None:
@@ -96,6 +99,7 @@ class Registry:
         self.by_prefix: dict[str, set[str]] = defaultdict(set)
         self.by_atomic: dict[str, set[str]] = defaultdict(set)
         self.subgroups: dict[str, set[str]] = {}    # run id -> its subgroups with members
+        self.by_peer: Counter[str] = Counter()      # live sessions per peer
 
     def __len__(self) -> int:
         return len(self.by_id)
@@ -103,6 +107,7 @@ class Registry:
     def add(self, session: Session) -> None:
         self.by_id[session.id] = session
         self.by_identity[session.identity] = session
+        self.by_peer[session.peer] += 1
         self.by_name[session.name.lower()].add(session.id)
         self.by_prefix[session.prefix].add(session.id)
         if session.atomic_session_id:
@@ -111,7 +116,8 @@ class Registry:
             self._join(group, session.id)
 
     def remove(self, session: Session) -> None:
-        self.by_id.pop(session.id, None)
+        if self.by_id.pop(session.id, None) is not None:
+            self._forget_peer(session.peer)
         if self.by_identity.get(session.identity) is session:
             del self.by_identity[session.identity]
         _discard(self.by_name, session.name.lower(), session.id)
@@ -121,12 +127,22 @@ class Registry:
         for group in session.groups:
             self._leave(group, session.id)
 
-    def rebind(self, session: Session, identity: bytes) -> None:
-        """Move a session to a new routing identity (a reconnect)."""
+    def rebind(self, session: Session, identity: bytes, peer: str) -> None:
+        """Move a session to a new routing identity (a reconnect), from ``peer``."""
         if self.by_identity.get(session.identity) is session:
             del self.by_identity[session.identity]
         session.identity = identity
         self.by_identity[identity] = session
+        self._forget_peer(session.peer)
+        session.peer = peer
+        self.by_peer[peer] += 1
+
+    def _forget_peer(self, peer: str) -> None:
+        left = self.by_peer[peer] - 1
+        if left > 0:
+            self.by_peer[peer] = left
+        else:
+            del self.by_peer[peer]
 
     def set_groups(self, session: Session, groups: Iterable[str]) -> None:
         """Change a session's memberships; costs O(groups gained and lost)."""

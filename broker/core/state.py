@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from schemas.errors import BusError
+from schemas import limits
 from schemas.limits import ASK_TIMEOUT_S, LIVENESS_S, MAX_PENDING_ASKS
 
 from .asks import AskTable
@@ -38,9 +39,19 @@ RECENT_PER_SESSION = 512      # ordinary messages a session can still reply to: 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """Timeouts and the resource bounds (declared with their flags in schemas.bounds)."""
+
     max_pending_asks: int = MAX_PENDING_ASKS
     ask_timeout_s: float = ASK_TIMEOUT_S
     liveness_s: float = LIVENESS_S
+    max_sessions: int = limits.MAX_SESSIONS
+    max_sessions_per_connection: int = limits.MAX_SESSIONS_PER_CONNECTION
+    max_backlog_bytes: int = limits.MAX_BACKLOG_BYTES
+    max_runs_per_session: int = limits.MAX_RUNS_PER_SESSION
+    max_run_entries: int = limits.MAX_RUN_ENTRIES
+    max_run_bytes: int = limits.MAX_RUN_BYTES
+    max_sticky_bytes: int = limits.MAX_STICKY_BYTES
+    max_groups: int = limits.MAX_GROUPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,7 @@ class State:
     grant_key: bytes = b""            # see broker.core.grants; set from the store at start
     warnings: list[str] = field(default_factory=list)   # the operator's, shown in status
     pub_endpoint: str | None = None   # told in the welcome, so tail follows this broker
+    peer: str = ""                    # who sent the current input (the shell says; see Session.peer)
 
     # -- verbs ---------------------------------------------------------------------
 

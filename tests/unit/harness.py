@@ -48,8 +48,13 @@ class Bus:
         self.last = self._track(self.engine.tick(self.now))
         return self.last
 
-    def feed(self, identity: bytes, env: Any) -> list:
-        self.last = self._track(self.engine.receive(identity, env, self.now))
+    def feed(self, identity: bytes, env: Any, peer: str = "") -> list:
+        self.last = self._track(self.engine.receive(identity, env, self.now, peer=peer))
+        return self.last
+
+    def wrote(self, counts: dict[bytes, int]) -> list:
+        """The shell reports the bytes it wrote to these connections."""
+        self.last = self._track(self.engine.wrote(counts, self.now))
         return self.last
 
     def _track(self, out: list) -> list:
@@ -96,12 +101,13 @@ class Bus:
         parent = self.engine.registry.by_id.get(fields.get("parent") or "")
         return self.grant_child(parent.identity) if parent else None
 
-    def hello(self, name: str, identity: bytes | None = None, **fields: Any) -> dict:
+    def hello(self, name: str, identity: bytes | None = None, peer: str = "",
+              **fields: Any) -> dict:
         identity = identity or name.encode()
         if "grant" not in fields and (fields.get("stage") or fields.get("parent")):
             fields["grant"] = self._grant_for(fields)
         msg_id = f"h{next(self._ids)}"
-        out = self.feed(identity, envelope("hello", id=msg_id, name=name, **fields))
+        out = self.feed(identity, envelope("hello", id=msg_id, name=name, **fields), peer)
         return result_for(out, identity, msg_id)
 
     def call(self, identity: bytes, action: str, msg_id: str | None = None, **params: Any) -> dict:

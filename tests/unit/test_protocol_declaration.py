@@ -64,3 +64,9 @@ def test_a_missing_required_field_is_a_bad_envelope():
 def test_the_readme_wire_section_is_the_generated_one():
     text = README.read_text()
     assert kinds.with_description(text) == text
+
+
+def test_the_readme_limits_table_is_the_generated_one():
+    from schemas import bounds
+    text = README.read_text()
+    assert bounds.BEGIN in text and bounds.with_description(text) == text
