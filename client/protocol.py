@@ -40,12 +40,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from schemas.errors import BusError
-from schemas.limits import HEARTBEAT_S, LIVENESS_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
+from schemas.limits import (HEARTBEAT_S, LIVENESS_S, MAX_BACKLOG_BYTES, MAX_FRAME_BYTES,
+                            MAX_INBOUND_FRAME_BYTES)
 from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
 
 from .wire import expand_msgs, take_envelopes
 
 TIMER_INTERVAL_S = HEARTBEAT_S / 2     # the longest a driver may go without timers()
+DEFAULT_REPORT_BYTES = MAX_BACKLOG_BYTES // 8   # until a welcome tells the broker's bound
 
 
 class Owed(Protocol):
@@ -112,6 +114,11 @@ class ClientProtocol:
         self._hello_due = True
         self._hello_id: str | None = None     # the hello out; its answer is the welcome
         self._heartbeat_due = False
+        # Bytes read since the hello, and as last told: the broker bounds what this
+        # session may leave unread (its backlog), so reads are reported as they go.
+        self.read_bytes = 0
+        self._reported = 0
+        self._report_every = DEFAULT_REPORT_BYTES
         self._packb = new_packer()             # socket side only
         self._msgs: list[dict] = []
         self._events: list[dict] = []
@@ -178,9 +185,11 @@ class ClientProtocol:
             hello = self._hello()
             self._hello_id = hello["id"]
             envs.insert(0, hello)
+            self.read_bytes = self._reported = 0     # the broker counts from the hello too
         if self._heartbeat_due:
             self._heartbeat_due = False
-            envs.append(envelope("hb"))
+            envs.append(envelope("hb", read=self.read_bytes))
+            self._reported = self.read_bytes
         if not envs:
             return []
         frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_FRAME_BYTES, self._packb)
@@ -193,6 +202,9 @@ class ClientProtocol:
         """Read one frame from the broker; what it meant is in the next events. A frame
         that does not decode is dropped, but still shows the broker alive."""
         self.last_heard = now
+        self.read_bytes += len(frame)
+        if self.read_bytes - self._reported >= self._report_every:
+            self._heartbeat_due = True
         try:
             envs = unpack_frame(frame, MAX_INBOUND_FRAME_BYTES)
         except BusError:
@@ -246,6 +258,9 @@ class ClientProtocol:
             self._end_inbound()
             self._ready.append(Welcome({k: v for k, v in env.items()
                                         if k not in ("v", "k", "re")}))
+            bound = env.get("backlogBytes")
+            if bound.__class__ is int and bound > 0:
+                self._report_every = max(1, bound // 8)
             self._step(Input.WELCOME if env.get("ok") else Input.REFUSAL)
         elif env.get("code") == "not_connected":
             self._step(Input.NOT_CONNECTED)

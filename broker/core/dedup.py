@@ -83,7 +83,12 @@ class MessageIds:
 
 
 def _stored(answer: dict[str, Any] | BusError | None) -> Any:
-    return answer if answer is None or isinstance(answer, BusError) else tuple(answer.items())
+    if isinstance(answer, BusError):
+        # A raised error holds its traceback, whose frames hold the request's locals
+        # (a whole batch of texts): kept for a retry, it must hold only itself.
+        answer.__traceback__ = answer.__context__ = answer.__cause__ = None
+        return answer
+    return answer if answer is None else tuple(answer.items())
 
 
 def fingerprint(action: str, to: str | None, message: str | None,

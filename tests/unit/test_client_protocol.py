@@ -182,7 +182,8 @@ def test_heartbeat_is_sent_when_nothing_was_sent_for_heartbeat_s():
     peer.jump(HEARTBEAT_S - 0.1)
     assert peer.sent() == []
     peer.jump(0.1)
-    assert peer.sent() == [envelope("hb")]
+    (hb,) = peer.sent()
+    assert hb["k"] == "hb" and hb["read"] > 0     # it carries what was read (the welcome)
 
 
 def test_sending_anything_puts_the_heartbeat_off():
@@ -278,3 +279,19 @@ def test_the_protocol_module_imports_nothing_that_does_io():
     imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.level == 0}
     assert not imported & {"zmq", "threading", "select", "time", "socket", "asyncio"}
+
+
+def test_reads_are_reported_in_heartbeats_as_they_grow():
+    from client.protocol import ClientProtocol
+    from schemas.protocol import unpack_frame
+    proto = ClientProtocol(lambda: {"v": 1, "k": "hello", "id": "h1", "name": "n"})
+    proto.frames_to_send(0.0)                      # the hello: counting starts here
+    proto.receive_frame(pack({"v": 1, "k": "result", "re": "h1", "ok": True,
+                              "backlogBytes": 800}), 0.0)
+    big = pack({"v": 1, "k": "msgs", "from": "x", "fromName": "x", "sentAt": 0.0,
+                "ids": ["m1"], "messages": ["y" * 200]})
+    proto.receive_frame(big, 0.1)
+    assert proto.wants_to_send()                   # 100 bytes (an eighth) passed
+    (frame,) = proto.frames_to_send(0.1)
+    (hb,) = unpack_frame(frame)
+    assert hb["k"] == "hb" and hb["read"] == proto.read_bytes > 200
