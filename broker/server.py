@@ -27,11 +27,11 @@ from schemas.limits import LEASE_RENEW_S, LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_
 from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
-from .core.records import LeaseReleased, LeaseRenewed
+from .core.records import LeaseReleased, LeaseRenewed, Snapshot
 from .curve import CurveError, CurveServer, exposed
 from .logs import get_logger
 from .persistence import PersistenceWorker
-from .store import SqliteStore
+from .store import StoreOpenError, open_store
 
 DRAIN_LIMIT = 512
 MAX_POLL_S = 0.5
@@ -87,10 +87,10 @@ class Broker:
             self._check_exposure()
             self._lock_ipc(settings.endpoint)
             self._lock_ipc(settings.pub_endpoint)
-            self.store = SqliteStore(settings.db_path, settings.synchronous)
+            snapshot = self._open_store()
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
                                  warnings=self.warnings, pub_endpoint=settings.pub_endpoint)
-            self.engine.restore(self.store.load())
+            self.engine.restore(snapshot)
             self._bind()
         except Exception:
             self.close()
@@ -115,7 +115,11 @@ class Broker:
         if not endpoint.startswith("ipc://"):
             return
         lock_path = endpoint[len("ipc://"):] + ".lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StartupError(f"cannot create {lock_path}: {exc.strerror}; make its directory "
+                               "writable for this user, or pass another --data-dir") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -125,6 +129,15 @@ class Broker:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._locks.append(fd)
+
+    def _open_store(self) -> Snapshot:
+        """Open the database and read it, before any socket is bound: a file that is
+        locked, read-only, corrupt or truncated stops the start with one line."""
+        try:
+            self.store, snapshot = open_store(self.settings.db_path, self.settings.synchronous)
+        except StoreOpenError as exc:
+            raise StartupError(str(exc)) from None
+        return snapshot
 
     def _bind(self) -> None:
         self.router = self.ctx.socket(zmq.ROUTER)
