@@ -294,14 +294,16 @@ class Broker:
     def _drain_worker(self, now: float, wall: float, commands: list) -> None:
         engine = self.engine
         for report in self.worker.reports():
-            if report["error"]:
-                self.log.error("persist_failed", error=report["error"], tickets=len(report["failed"]))
+            if report["error"] or report["lost"]:
+                self.log.error("persist_failed", error=report["error"], code=report["code"],
+                               tickets=len(report["failed"]), retained=report["retained"],
+                               lost=report["lost"])
             if report["brokers"] is not None:
                 engine.other_brokers = report["brokers"]
             for ticket in report["done"]:
                 commands.extend(engine.persisted(ticket, now, wall))
             for ticket in report["failed"]:
-                commands.extend(engine.persist_failed(ticket, now, wall))
+                commands.extend(engine.persist_failed(ticket, now, wall, report["code"]))
 
     def _execute(self, commands: list) -> None:
         outbox: dict[bytes, list] = {}

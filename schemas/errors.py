@@ -92,6 +92,8 @@ _TABLE = [
               "not workflow-owned and cannot receive Intercom messages before it starts; send "
               "to it once it is running"),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
+    ErrorSpec("store_unavailable", "state", "The broker's database is locked by another process "
+              "or otherwise unavailable; the message was not kept: retry later"),
     # -- peer ----------------------------------------------------------------------
     ErrorSpec("ask_timeout", "peer", "No reply within {timeout_s:g} s"),
     ErrorSpec("peer_disconnected", "peer", "{name} disconnected before replying"),
