@@ -64,6 +64,13 @@ def limits_from(args: argparse.Namespace, config) -> Limits:
                   **chosen)
 
 
+def refuse(problem: str) -> int:
+    """Report a start that cannot happen: one plain line a person can act on (no
+    traceback, no log record to parse) and exit status 2."""
+    print(f"broker: {problem}", file=sys.stderr)
+    return 2
+
+
 def keys_main(argv: list[str]) -> int:
     """``python -m broker keys --dir DIR [--client NAME ...]``."""
     parser = argparse.ArgumentParser(prog="python -m broker keys",
@@ -76,8 +83,7 @@ def keys_main(argv: list[str]) -> int:
         for path in create_keys(args.dir.expanduser(), args.client or ["client"]):
             print(path)
     except OSError as exc:
-        print(f"broker: cannot write keys in {args.dir}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return refuse(f"cannot write keys in {args.dir}: {exc.strerror or exc}")
     return 0
 
 
@@ -88,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure(args.log_level)
     log = get_logger("broker")
-    base = ensure_data_dir(args.data_dir.expanduser() if args.data_dir else data_dir())
+    base = args.data_dir.expanduser() if args.data_dir else data_dir()
+    try:
+        ensure_data_dir(base)
+    except OSError as exc:
+        return refuse(f"cannot create the data directory {base}: {exc.strerror or exc}; "
+                      "pass --data-dir with a directory this user can write")
     config, problem = load_config(args.config)
     if problem:
         log.error("config_rejected", error=problem)
@@ -104,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         broker = Broker(settings)
     except StartupError as exc:
-        # One plain line a person can act on; no traceback, no log record to parse.
-        print(f"broker: {exc}", file=sys.stderr)
-        return 2
+        return refuse(str(exc))
     signal.signal(signal.SIGTERM, lambda *_: broker.stop())
     signal.signal(signal.SIGINT, lambda *_: broker.stop())
     signal.signal(signal.SIGHUP, lambda *_: broker.reload())

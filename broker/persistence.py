@@ -9,6 +9,8 @@ The API the IO shell uses (every call from the shell's own thread)::
     for report in worker.reports():                     # never blocks
         report["done"], report["failed"]                # tickets
         report["error"]                                 # str | None
+        report["code"]                                  # failed tickets' error code | None
+        report["retained"], report["lost"]              # unwaited records kept / dropped
         report["brokers"]                               # int | None
     worker.stop(release=LeaseReleased(broker_id))       # safe to call twice
 
@@ -19,8 +21,18 @@ every batch waiting in the inbox, applies them all with one ``store.apply`` (gro
 commit: one transaction, one fsync), and sends back one msgpack report naming the
 tickets now durable; after a batch holding a ``LeaseRenewed`` the report also counts
 the other brokers whose lease is live. A failed transaction reports the same tickets
-failed, with the error text, and the worker keeps serving: nothing waits forever and
-nothing is claimed kept that was not.
+failed, with the error text and the error code their waiters get (see
+:func:`broker.store.failure_code`), and the worker keeps serving: nothing waits forever
+and nothing is claimed kept that was not.
+
+While the store is unavailable (a lock held by another process, a full disk), the
+records nobody waits for (identities, leases, delivery states) are retained, not
+dropped: they are written, in their order and before anything newer, by the next
+batch or by a retry every :data:`RETRY_S` seconds, so the broker catches up by itself
+once the file is usable again. A retry that fails for a reason of the records
+themselves drops them (they would fail every batch after). At most
+:data:`RETAIN_LIMIT` records are retained (the oldest go first, counted as lost), and
+a lease renewal replaces the renewal retained before it.
 
 Threading invariants:
 
@@ -39,7 +51,9 @@ Threading invariants:
   least one batch; ``owes`` drops by the batches a report covers, so at 0 nothing is
   in flight and the shell can stop polling the socket;
 * ``stop`` queues its release behind every batch already submitted, so they are all
-  applied first.
+  applied first;
+* retained records are the worker's alone (``_retained``); a batch whose retained
+  records cannot be written fails its tickets at once, without a second wait.
 """
 
 from __future__ import annotations
@@ -54,12 +68,17 @@ import msgpack
 import zmq
 
 from .core.records import LeaseRenewed, Record, Store
+from .store import failure_code
 
 _WAKE = b"\x01"
 _STOP = None                 # in the inbox: the last item, once stop() is called
 _POLLIN = int(zmq.POLLIN)
 _EVENTS = int(zmq.EVENTS)
 _NOBLOCK = int(zmq.NOBLOCK)
+
+RETRY_S = 1.0                # how often retained records are retried while idle
+RETAIN_LIMIT = 50_000        # retained records at most; past it the oldest are lost
+UNAVAILABLE = "store_unavailable"
 
 Batch = list[tuple[int | None, Record]]
 
@@ -76,6 +95,8 @@ class PersistenceWorker:
         self.records = 0                   # records in them
         self._ctx = ctx
         self._inbox: collections.deque[Batch | None] = collections.deque()
+        self._retained: list[Record] = []  # unwaited records the store could not take yet
+        self._lost = 0                     # retained records dropped since the last report
         # A fresh name: several brokers (tests) may share one context.
         self._endpoint = f"inproc://intercom-persistence-{uuid.uuid4().hex}"
         self.socket: zmq.Socket = ctx.socket(zmq.PAIR)
@@ -176,6 +197,9 @@ class PersistenceWorker:
                 sock.send(msgpack.packb(report, use_bin_type=True))
             if stopping:
                 return
+            if self._retained and not sock.poll(RETRY_S * 1000, zmq.POLLIN):
+                self._write_retained()        # idle while records wait: retry them
+                continue
             sock.recv()                       # wait for a wake, then take every other one
             while sock.getsockopt(_EVENTS) & _POLLIN:
                 sock.recv(_NOBLOCK)
@@ -196,16 +220,64 @@ class PersistenceWorker:
     def _commit(self, items: Batch) -> dict[str, Any]:
         tickets = [ticket for ticket, _ in items if ticket is not None]
         records = [record for _, record in items]
-        try:
-            self.store.apply(records)
-        except Exception as exc:  # disk full, corrupt file, a bad record: tell the shell
-            return {"done": [], "failed": tickets, "error": repr(exc), "brokers": None}
+        error = None if not self._retained else self._write_retained()
+        if error is None:
+            try:
+                self.store.apply(records)
+            except Exception as exc:  # disk full, a lock, corrupt file, a bad record
+                error = exc
+        if error is not None:
+            code = failure_code(error)
+            if code == UNAVAILABLE:
+                self._retain([record for ticket, record in items if ticket is None])
+            return self._report([], tickets, repr(error), code)
         self.commits += 1
         self.records += len(records)
-        report: dict[str, Any] = {"done": tickets, "failed": [], "error": None, "brokers": None}
+        report = self._report(tickets, [], None, None)
         if any(type(record) is LeaseRenewed for record in records):
             try:
                 report["brokers"] = self.store.live_brokers(time.time(), exclude=self.broker_id)
             except Exception as exc:  # the batch is durable all the same
                 report["error"] = f"counting live brokers: {exc!r}"
         return report
+
+    def _report(self, done: list[int], failed: list[int], error: str | None,
+                code: str | None) -> dict[str, Any]:
+        lost, self._lost = self._lost, 0
+        return {"done": done, "failed": failed, "error": error, "code": code,
+                "retained": len(self._retained), "lost": lost, "brokers": None}
+
+    def _write_retained(self) -> Exception | None:
+        """Write the retained records in their own transaction.
+
+        None once they are written, or dropped because the store refuses the records
+        themselves (counted lost); the exception while the store is still unavailable
+        (they stay retained)."""
+        retained = self._retained
+        try:
+            self.store.apply(retained)
+        except Exception as exc:
+            if failure_code(exc) == UNAVAILABLE:
+                return exc
+            self._lost += len(retained)
+        else:
+            self.commits += 1
+            self.records += len(retained)
+        self._retained = []
+        return None
+
+    def _retain(self, records: list[Record]) -> None:
+        """Keep ``records`` for a retry, after those already kept; bounded."""
+        if not records:
+            return
+        retained = self._retained
+        retained.extend(records)
+        if any(type(r) is LeaseRenewed for r in records):
+            # A renewal supersedes those before it (the same row, a later time).
+            last = {r.broker_id: r for r in retained if type(r) is LeaseRenewed}
+            retained[:] = [r for r in retained if type(r) is not LeaseRenewed
+                           or last[r.broker_id] is r]
+        if len(retained) > RETAIN_LIMIT:
+            excess = len(retained) - RETAIN_LIMIT
+            del retained[:excess]
+            self._lost += excess

@@ -27,11 +27,11 @@ from schemas.limits import LEASE_RENEW_S, LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_
 from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
-from .core.records import LeaseReleased, LeaseRenewed
+from .core.records import LeaseReleased, LeaseRenewed, Snapshot
 from .curve import CurveError, CurveServer, exposed
 from .logs import get_logger
 from .persistence import PersistenceWorker
-from .store import SqliteStore
+from .store import StoreOpenError, open_store
 
 DRAIN_LIMIT = 512
 MAX_POLL_S = 0.5
@@ -100,10 +100,10 @@ class Broker:
             self._check_exposure()
             self._lock_ipc(settings.endpoint)
             self._lock_ipc(settings.pub_endpoint)
-            self.store = SqliteStore(settings.db_path, settings.synchronous)
+            snapshot = self._open_store()
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
                                  warnings=self.warnings, pub_endpoint=settings.pub_endpoint)
-            self.engine.restore(self.store.load())
+            self.engine.restore(snapshot)
             self._bind()
         except Exception:
             self.close()
@@ -129,7 +129,11 @@ class Broker:
         if not endpoint.startswith("ipc://"):
             return
         lock_path = endpoint[len("ipc://"):] + ".lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StartupError(f"cannot create {lock_path}: {exc.strerror}; make its directory "
+                               "writable for this user, or pass another --data-dir") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -139,6 +143,15 @@ class Broker:
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._locks.append(fd)
+
+    def _open_store(self) -> Snapshot:
+        """Open the database and read it, before any socket is bound: a file that is
+        locked, read-only, corrupt or truncated stops the start with one line."""
+        try:
+            self.store, snapshot = open_store(self.settings.db_path, self.settings.synchronous)
+        except StoreOpenError as exc:
+            raise StartupError(str(exc)) from None
+        return snapshot
 
     def _bind(self) -> None:
         self.router = self.ctx.socket(zmq.ROUTER)
@@ -310,14 +323,16 @@ class Broker:
     def _drain_worker(self, now: float, wall: float, commands: list) -> None:
         engine = self.engine
         for report in self.worker.reports():
-            if report["error"]:
-                self.log.error("persist_failed", error=report["error"], tickets=len(report["failed"]))
+            if report["error"] or report["lost"]:
+                self.log.error("persist_failed", error=report["error"], code=report["code"],
+                               tickets=len(report["failed"]), retained=report["retained"],
+                               lost=report["lost"])
             if report["brokers"] is not None:
                 engine.other_brokers = report["brokers"]
             for ticket in report["done"]:
                 commands.extend(engine.persisted(ticket, now, wall))
             for ticket in report["failed"]:
-                commands.extend(engine.persist_failed(ticket, now, wall))
+                commands.extend(engine.persist_failed(ticket, now, wall, report["code"]))
 
     def _execute(self, commands: list) -> None:
         outbox: dict[bytes, list] = {}

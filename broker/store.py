@@ -15,7 +15,12 @@ Invariants:
 * payloads (run records, attachments, answered-to lists) are msgpack blobs;
 * the schema is versioned in ``meta``: a new file gets :data:`SCHEMA_VERSION`, an
   older one is migrated in place, in one transaction, by the steps in
-  :data:`_MIGRATIONS`; a newer one is refused (:class:`SchemaError`).
+  :data:`_MIGRATIONS`; a newer one is refused (:class:`SchemaError`);
+* a file that cannot be used at start (locked, read-only, corrupt, truncated, newer)
+  is refused by :func:`open_store` with one :class:`StoreOpenError` line that names
+  the file and what to do, within about :data:`BUSY_TIMEOUT_MS`; a write that fails
+  while serving is classified by :func:`failure_code`, so its waiter learns whether
+  the store is unavailable (retry later) or refused the record (a bug).
 
 One thread uses a store at a time: the shell reads the snapshot at start, then the
 persistence worker owns the connection until it closes it.
@@ -39,7 +44,10 @@ from .memory_store import IDENTITY_KEEP_S, IDENTITY_LIMIT, writer_for
 
 SCHEMA_VERSION = 2
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
-BUSY_TIMEOUT_MS = 5000   # another broker on the same file commits in far less
+# How long a statement waits for another process's transaction on the file. Another
+# broker on the same file commits in milliseconds; anything longer is a lock held by
+# someone else, and a sender waiting on it is better told so at once.
+BUSY_TIMEOUT_MS = 1000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -168,6 +176,66 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {
 
 class SchemaError(Exception):
     """The file was written by a newer broker; the message says which versions."""
+
+
+class StoreOpenError(Exception):
+    """The file cannot be used at start; the message names it and says what to do."""
+
+
+# Failures of the file rather than of the records written: retrying once the lock is
+# gone, space is freed or the file is repaired may succeed.
+_UNAVAILABLE = (apsw.BusyError, apsw.LockedError, apsw.ReadOnlyError, apsw.CantOpenError,
+                apsw.FullError, apsw.IOError, apsw.CorruptError, apsw.NotADBError)
+
+
+def failure_code(exc: BaseException) -> str:
+    """The error code a write that raised ``exc`` answers its waiters with.
+
+    ``store_unavailable`` when the file cannot take writes now (locked by another
+    process, read-only, full, failing or damaged): nothing was kept and a later retry
+    may succeed. ``internal_error`` for anything else (a record the store refuses,
+    such as a sticky seq stored twice, is a broker bug)."""
+    return "store_unavailable" if isinstance(exc, _UNAVAILABLE) else "internal_error"
+
+
+def _open_problem(path: str, exc: BaseException) -> str:
+    """One line for a person: what is wrong with the file at ``path`` and what to do."""
+    other = "or start with another --db"
+    if isinstance(exc, SchemaError):
+        return f"{exc}; start a newer broker, {other}"
+    if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
+        return (f"database {path} is locked by another process (a broker or a tool holding "
+                f"a transaction on it); stop that process, {other}")
+    if isinstance(exc, apsw.ReadOnlyError):
+        return (f"database {path} is read-only (the file, its -wal/-shm files or its "
+                f"directory); make them writable for this user, {other}")
+    if isinstance(exc, apsw.CantOpenError):
+        return (f"cannot open database {path}; check that it is a file in a directory this "
+                f"user can write, {other}")
+    if isinstance(exc, apsw.FullError):
+        return f"the disk holding database {path} is full; free some space, {other}"
+    if isinstance(exc, (apsw.CorruptError, apsw.NotADBError, msgpack.UnpackException,
+                        ValueError, TypeError)):
+        return (f"database {path} is corrupt or truncated ({exc}); move it aside to start "
+                f"with an empty one, restore it from a backup, {other}")
+    return f"cannot use database {path} ({exc!r}); {other}"
+
+
+def open_store(path: str | Path, synchronous: str = "FULL") -> tuple["SqliteStore", Snapshot]:
+    """Open the file at ``path`` and read everything it keeps: the store and its snapshot.
+
+    Raises StoreOpenError (one line, see :func:`_open_problem`) for a file that is
+    locked, read-only, corrupt, truncated or from a newer broker; the file is closed
+    again then. ValueError for an unknown ``synchronous`` mode (a caller's bug)."""
+    try:
+        store = SqliteStore(path, synchronous)
+    except (apsw.Error, SchemaError) as exc:
+        raise StoreOpenError(_open_problem(str(path), exc)) from None
+    try:
+        return store, store.load()
+    except (apsw.Error, msgpack.UnpackException, ValueError, TypeError) as exc:
+        store.close()
+        raise StoreOpenError(_open_problem(str(path), exc)) from None
 
 
 def _pack(value: Any) -> bytes:

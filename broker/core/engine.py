@@ -188,13 +188,15 @@ class Engine:
             callbacks[0](now)
         return self._flush()
 
-    def persist_failed(self, ticket: int, now: float, wall: float | None = None) -> list[Command]:
-        """A write asked for with ``ticket`` could not be committed."""
+    def persist_failed(self, ticket: int, now: float, wall: float | None = None,
+                       code: str = "internal_error") -> list[Command]:
+        """A write asked for with ``ticket`` could not be committed; its waiter is
+        refused with ``code`` (``store_unavailable``: the store could not take it now)."""
         self.state.wall = now if wall is None else wall
         callbacks = self.state.tickets.pop(ticket, None)
         self.state.stats["persist.failed"] += 1
         if callbacks is not None and callbacks[1] is not None:
-            callbacks[1](now)
+            callbacks[1](now, BusError(code))
         return self._flush()
 
     def next_deadline(self) -> float:

@@ -75,9 +75,9 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
             state.persist(StickyAnswered(entry.seq, list(entry.delivered_to)))
         _settle(state, session.id, re, entry.answer())
 
-    def failed(at: float) -> None:
+    def failed(at: float, error: BusError) -> None:
         state.sticky.release(run.run_id, path, size)
-        _settle(state, session.id, re, BusError("internal_error"))
+        _settle(state, session.id, re, error)
 
     state.persist(entry.record(), committed, failed)
     return None

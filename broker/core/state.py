@@ -63,6 +63,7 @@ class IdentityRecord:
 
 
 OnDone = Callable[[float], None]
+OnFailed = Callable[[float, BusError], None]   # with the refusal the write's waiter gets
 
 
 @dataclass(eq=False)
@@ -90,7 +91,7 @@ class State:
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)
     internal_errors: list[Exception] = field(default_factory=list)
-    tickets: dict[int, tuple[OnDone, OnDone | None]] = field(default_factory=dict)
+    tickets: dict[int, tuple[OnDone, OnFailed | None]] = field(default_factory=dict)
     next_ticket: int = 0
     wall: float = 0.0
     grant_key: bytes = b""            # see broker.core.grants; set from the store at start
@@ -117,9 +118,9 @@ class State:
             self.answer(to, re, value)
 
     def persist(self, record: Record, on_durable: OnDone | None = None,
-                on_failed: OnDone | None = None) -> None:
+                on_failed: OnFailed | None = None) -> None:
         """Queue a store write; ``on_durable`` runs once it is committed, ``on_failed``
-        if the commit fails."""
+        if the commit fails (with ``store_unavailable`` or ``internal_error``)."""
         if on_durable is None:
             self.out.append(Persist(record))
             return

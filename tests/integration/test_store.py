@@ -15,8 +15,9 @@ import zmq
 
 from broker.core.records import (LeaseReleased, LeaseRenewed, RunSaved, StickyDelivery,
                                  StickyRow, StickySaved)
-from broker.persistence import PersistenceWorker
-from broker.store import SqliteStore
+from broker import persistence
+from broker.persistence import RETRY_S, PersistenceWorker
+from broker.store import BUSY_TIMEOUT_MS, SqliteStore
 
 NOW = time.time()
 ME = "broker-me"
@@ -131,7 +132,8 @@ def test_the_worker_reports_submitted_tickets_done_and_they_survive_reopen(start
                    (2, StickyDelivery(1, "a", "t1", "sent", NOW))])
     reports = wait_reports(worker)
     assert worker.stop()
-    assert reports == [{"done": [1, 2], "failed": [], "error": None, "brokers": None}]
+    assert reports == [{"done": [1, 2], "failed": [], "error": None, "code": None,
+                        "retained": 0, "lost": 0, "brokers": None}]
     snapshot = reopen(db).load()
     assert (snapshot.runs, snapshot.sticky) == ([RunSaved("r1", {"runId": "r1"})], [StickyRow(entry(1), [])])
 
@@ -140,7 +142,8 @@ def test_batches_waiting_together_are_committed_in_one_transaction(start_worker)
     worker = start_worker(before_start=[[(1, RunSaved("r1", {}))], [(2, RunSaved("r2", {}))],
                                         [(3, RunSaved("r3", {}))]])
     reports = wait_reports(worker)
-    assert reports == [{"done": [1, 2, 3], "failed": [], "error": None, "brokers": None}]
+    assert reports == [{"done": [1, 2, 3], "failed": [], "error": None, "code": None,
+                        "retained": 0, "lost": 0, "brokers": None}]
     assert (worker.commits, worker.records) == (1, 3)
 
 
@@ -151,7 +154,7 @@ def test_a_failed_batch_is_reported_failed_with_the_error(start_worker):
     worker.submit([(2, RunSaved("r2", {})), (3, entry(1))])   # seq 1 again: the batch fails
     (report,) = wait_reports(worker)
     assert (report["done"], report["failed"], report["brokers"]) == ([], [2, 3], None)
-    assert "ConstraintError" in report["error"]
+    assert "ConstraintError" in report["error"] and report["code"] == "internal_error"
 
 
 def test_the_worker_keeps_serving_after_a_failed_batch(start_worker, db):
@@ -159,7 +162,8 @@ def test_the_worker_keeps_serving_after_a_failed_batch(start_worker, db):
     worker.submit([(1, entry(1)), (2, entry(1))])
     wait_reports(worker)
     worker.submit([(3, RunSaved("r3", {}))])
-    assert wait_reports(worker) == [{"done": [3], "failed": [], "error": None, "brokers": None}]
+    assert wait_reports(worker) == [{"done": [3], "failed": [], "error": None, "code": None,
+                                     "retained": 0, "lost": 0, "brokers": None}]
     assert worker.stop()
     snapshot = reopen(db).load()
     assert (snapshot.runs, snapshot.sticky) == ([RunSaved("r3", {})], [])
@@ -206,3 +210,100 @@ def test_submit_after_stop_is_refused(start_worker):
     worker.stop()
     with pytest.raises(RuntimeError, match="stopped"):
         worker.submit([(1, RunSaved("r1", {}))])
+
+
+# -- the worker while another process holds the file's write lock ------------------------
+
+@pytest.fixture
+def lock(db):
+    """Another connection that can hold the file's write lock (``hold``/``release``)."""
+    class Lock:
+        def __init__(self) -> None:
+            SqliteStore(db).close()            # the file exists, in WAL mode
+            self.conn = apsw.Connection(str(db))
+            self.held = False
+
+        def hold(self) -> None:
+            self.conn.execute("BEGIN EXCLUSIVE")
+            self.held = True
+
+        def release(self) -> None:
+            if self.held:
+                self.conn.execute("ROLLBACK")
+                self.held = False
+
+    holder = Lock()
+    yield holder
+    holder.release()
+    holder.conn.close()
+
+
+def test_a_locked_store_fails_waited_tickets_fast_and_keeps_the_unwaited_records(start_worker, db,
+                                                                                 lock):
+    worker = start_worker()
+    lock.hold()
+    started = time.monotonic()
+    worker.submit([(1, RunSaved("r1", {})), (None, lease(ME, NOW + 600)),
+                   (None, StickyDelivery(7, "a", "t1", "sent", NOW))])
+    (report,) = wait_reports(worker)
+    elapsed = time.monotonic() - started
+    assert (report["done"], report["failed"], report["code"]) == ([], [1], "store_unavailable")
+    assert "BusyError" in report["error"] and (report["retained"], report["lost"]) == (2, 0)
+    assert elapsed < BUSY_TIMEOUT_MS / 1000 + 2, elapsed
+    lock.release()
+    worker.submit([(2, RunSaved("r2", {}))])
+    assert [(r["done"], r["retained"]) for r in wait_reports(worker)] == [([2], 0)]
+    assert worker.stop()
+    store = reopen(db)
+    snapshot = store.load()
+    assert snapshot.runs == [RunSaved("r2", {})]
+    assert snapshot.deliveries == [StickyDelivery(7, "a", "t1", "sent", NOW)]
+    assert store.live_brokers(NOW) == 1
+    store.close()
+
+
+def test_retained_records_are_written_without_a_new_batch_once_the_lock_goes(start_worker, db,
+                                                                             lock):
+    worker = start_worker()
+    lock.hold()
+    worker.submit([(None, RunSaved("r1", {}))])
+    assert [r["retained"] for r in wait_reports(worker)] == [1]
+    lock.release()
+    watcher = reopen(db)
+    deadline = time.monotonic() + RETRY_S + 10
+    while not watcher.load().runs:   # the worker's own retry writes it; nothing is submitted
+        assert time.monotonic() < deadline, "the retained run was never written"
+        time.sleep(0.05)
+    watcher.close()
+
+
+def test_a_retained_renewal_is_replaced_by_the_next_one(start_worker, db, lock):
+    worker = start_worker()
+    lock.hold()
+    worker.submit([(None, lease(ME, NOW + 60))])
+    worker.submit([(None, lease(ME, NOW + 600))])
+    reports = wait_reports(worker)
+    assert reports[-1]["retained"] == 1, reports
+    lock.release()
+    worker.submit([(1, RunSaved("r1", {}))])
+    wait_reports(worker)
+    assert worker.stop()
+    store = reopen(db)
+    counts = (store.live_brokers(NOW + 30), store.live_brokers(NOW + 300))
+    store.close()
+    assert counts == (1, 1)
+
+
+def test_retained_records_are_bounded_and_the_oldest_counted_lost(start_worker, db, lock,
+                                                                  monkeypatch):
+    monkeypatch.setattr(persistence, "RETAIN_LIMIT", 3)
+    worker = start_worker()
+    lock.hold()
+    worker.submit([(None, RunSaved(f"r{n}", {})) for n in range(5)])
+    (report,) = wait_reports(worker)
+    assert (report["retained"], report["lost"]) == (3, 2)
+    lock.release()
+    worker.submit([(1, RunSaved("r9", {}))])
+    assert [r["lost"] for r in wait_reports(worker)] == [0]
+    assert worker.stop()
+    assert [run.run_id for run in reopen(db).load().runs] == ["r2", "r3", "r4", "r9"]

@@ -75,6 +75,17 @@ class Bus:
         self.last = out
         return out
 
+    def fail(self, code: str = "internal_error") -> list:
+        """The store could not commit the writes asked for so far: each waiter is
+        refused with ``code``, and nothing of them is kept."""
+        out = []
+        self.written = []
+        tickets, self.uncommitted = self.uncommitted, []
+        for ticket in tickets:
+            out += self._track(self.engine.persist_failed(ticket, self.now, code=code))
+        self.last = out
+        return out
+
     def workflow(self, identity: bytes, op: str, **fields: Any) -> dict:
         msg_id = f"w{next(self._ids)}"
         out = self.feed(identity, envelope("workflow", id=msg_id, op=op, **fields))
