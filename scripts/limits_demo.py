@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Shows each resource bound refused, against a real broker started with small limits.
+
+    python3 scripts/limits_demo.py
+
+Starts ``python -m broker`` in a tmp dir with every ``--max-*`` flag set low, then
+drives each bound past its limit through the public client and prints, per bound:
+the flag and value, the call that went past it, and the code and text it got. A
+last line says whether every bound answered its documented code (exit 0) or not.
+The defaults are in the README's limits table (``python -m broker --help`` too).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from client import Client, ConnectError  # noqa: E402
+
+FLAGS = {"--max-sessions": 3, "--max-sessions-per-connection": 2, "--max-backlog-bytes": 65536,
+         "--max-runs-per-session": 1, "--max-run-entries": 3, "--max-run-bytes": 30000,
+         "--max-sticky-bytes": 50000, "--max-groups": 3}
+PEER = ROOT / "tests" / "integration" / "peer_process.py"
+
+
+def main() -> int:
+    data = Path(tempfile.mkdtemp(prefix="ic-lim-", dir="/tmp"))
+    endpoint = f"ipc://{data}/broker.sock"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(data))
+    argv = [sys.executable, "-m", "broker", "--data-dir", str(data), "--endpoint", endpoint,
+            "--pub-endpoint", f"ipc://{data}/presence.sock"]
+    for flag, value in FLAGS.items():
+        argv += [flag, str(value)]
+    broker = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    peers: list[subprocess.Popen] = []
+    rows: list[tuple[str, str, str, str]] = []
+    try:
+        deadline = time.monotonic() + 15
+        while not (data / "broker.sock").exists():
+            if time.monotonic() > deadline or broker.poll() is not None:
+                raise SystemExit("broker did not start")
+            time.sleep(0.02)
+
+        def connect(name: str, **kw):
+            return Client.connect(name, endpoint=endpoint, timeout=15, **kw)
+
+        def peer(name: str, mode: str = "silent") -> tuple[subprocess.Popen, str]:
+            proc = subprocess.Popen([sys.executable, str(PEER), endpoint, name, mode], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            peers.append(proc)
+            line = proc.stdout.readline().strip()
+            return proc, line or proc.stderr.read().strip().splitlines()[-1]
+
+        def refused(flag: str, call: str, answer) -> None:
+            if isinstance(answer, ConnectError):
+                answer = {"ok": False, "code": answer.code, "error": str(answer)}
+            rows.append((f"{flag} {FLAGS[flag]}", call, answer.get("code", "ok"),
+                         answer.get("error", "")))
+
+        host = connect("host")
+        other = connect("other")
+        try:
+            connect("third")
+        except ConnectError as exc:
+            refused("--max-sessions-per-connection", "3rd connect from one process", exc)
+        _, frozen_id = peer("frozen")           # 3 sessions now, from two processes
+        code = ("from client import Client, ConnectError\n"
+                "try:\n    Client.connect('fourth', endpoint=%r, timeout=15)\n"
+                "except ConnectError as exc:\n    print(exc.code, exc, sep='\\t')\n" % endpoint)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=30).stdout.strip().split("\t")
+        rows.append(("--max-sessions 3", "4th session, from another process", out[0],
+                     out[-1]))
+
+        host.intercom(action="join", group="g1")
+        refused("--max-groups", "join a 3rd group (default, g1, g2)",
+                (host.intercom(action="join", group="g2"),
+                 host.intercom(action="join", group="g3"))[1])
+
+        host.intercom(action="leave", group="g2")
+        host.intercom(action="leave", group="g1")
+        host.register_run("run-a", [{"name": "plan"}])
+        refused("--max-runs-per-session", "register a 2nd run", host.register_run("run-b", []))
+        other.register_run("run-c", [{"name": "plan"}])
+        host.intercom(action="send", to="workflow:run-a/plan", message="a" * 20_000)
+        other.intercom(action="send", to="workflow:run-c/plan", message="c" * 29_000)
+        refused("--max-sticky-bytes", "queue 2 KB with 49 KB kept broker-wide",
+                host.intercom(action="send", to="workflow:run-a/plan", message="a" * 2_000))
+        refused("--max-run-bytes", "queue 2 KB in a run keeping 29 KB",
+                other.intercom(action="send", to="workflow:run-c/plan", message="c" * 2_000))
+        for n in range(2):
+            host.intercom(action="send", to=f"workflow:run-a/later{n}", message=f"entry {n}")
+        refused("--max-run-entries", "queue a 4th entry in one run",
+                host.intercom(action="send", to="workflow:run-a/later9", message="entry 9"))
+
+        frozen = peers[0]
+        os.kill(frozen.pid, signal.SIGSTOP)
+        answer = {"ok": True}
+        for _ in range(100):
+            answer = other.intercom(action="send", to=frozen_id, message="x" * 10_000)
+            if not answer["ok"]:
+                break
+        refused("--max-backlog-bytes", "send 10 KB messages to a frozen consumer", answer)
+        os.kill(frozen.pid, signal.SIGCONT)
+        host.close(), other.close()
+    finally:
+        for proc in peers:
+            try:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+            except ProcessLookupError:
+                pass
+            proc.wait(10)
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(10)
+    expected = {"--max-sessions": "too_many_sessions", "--max-sessions-per-connection": "too_many_sessions",
+                "--max-groups": "too_many_groups", "--max-runs-per-session": "too_many_runs",
+                "--max-run-entries": "run_full", "--max-run-bytes": "run_full",
+                "--max-sticky-bytes": "sticky_storage_full", "--max-backlog-bytes": "target_backlogged"}
+    ok = True
+    for flag_value, call, code, text in rows:
+        good = code == expected[flag_value.split()[0]]
+        ok &= good
+        print(f"{flag_value:<34} {call:<44} {code:<20} {'' if good else 'UNEXPECTED '}{text}")
+    print("every bound refused with its code" if ok and len(rows) == len(expected)
+          else "SOME BOUND DID NOT ANSWER AS DOCUMENTED")
+    return 0 if ok and len(rows) == len(expected) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
