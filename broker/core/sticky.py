@@ -8,19 +8,25 @@ order (by ``seq``). Each hand-over is recorded per stage and transcript: ``sent`
 stage that reconnects with the same transcript never gets an acknowledged entry
 twice, while a replacement session with a new transcript gets them all again.
 
+Targets are counted by their queue key (``Entry.key``, see
+:func:`broker.core.path_delivery.queue_key`): every spelling of one known stage (its
+name path, its id, a mix) is one queue with one position sequence and one cap. Keys
+depend on the run's stage tree, so they are recomputed (:meth:`StickyQueues.rekey`)
+whenever the tree grew since they were last computed, and after a restart.
+
 Invariants:
 
-* at most ``QUEUED_PER_TARGET`` entries per (run, target); a further one is refused,
-  nothing is evicted;
-* an entry exists in memory only once its row is committed (the shell reports it),
-  and the ``queued`` answer is sent only then;
+* at most ``QUEUED_PER_TARGET`` entries per (run, queue key), committed ones and
+  those being committed alike; a further one is refused, nothing is evicted;
+* an entry is retained (in ``by_run``) only once its row is committed (the shell
+  reports it), and the ``queued`` answer is sent only then;
 * an entry that reached a stage at least once is never reported undeliverable.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from schemas.errors import BusError
 from schemas.limits import QUEUED_PER_TARGET
@@ -28,7 +34,7 @@ from schemas.names import ACKED, SENT
 
 from .paths import WorkflowPath, matches
 from .records import StickyRow, StickySaved
-from .runs import Node
+from .runs import Node, Run
 
 
 @dataclass(eq=False, slots=True)
@@ -47,6 +53,7 @@ class Entry:
     not_in_known_set: bool = False
     delivered_to: list[str] = field(default_factory=list)   # live at queue time
     deliveries: dict[tuple[str, str], str] = field(default_factory=dict)  # (node key, transcript)
+    key: str = ""                               # the queue it counts in (StickyQueues.rekey)
 
     def matches(self, node: Node) -> bool:
         return matches(self.target.segments, node.elements())
@@ -73,36 +80,58 @@ class StickyQueues:
     def __init__(self) -> None:
         self.by_run: dict[str, dict[int, Entry]] = {}
         self.by_message: dict[str, Entry] = {}
-        self._counts: dict[tuple[str, WorkflowPath], int] = {}   # entries per (run, target)
-        self._reserved: dict[tuple[str, WorkflowPath], int] = {}  # places held, not committed
+        self._counts: dict[tuple[str, str], int] = {}   # entries per (run, queue key)
+        self._pending: dict[int, Entry] = {}             # being committed, by seq
+        self._keyed: dict[str, tuple[str, int]] = {}     # run -> (nonce, generation) keyed at
         self.next_seq = 1
 
     def entries(self, run_id: str) -> Iterator[Entry]:
         yield from self.by_run.get(run_id, {}).values()
 
-    def count(self, run_id: str, target: WorkflowPath) -> int:
-        return self._counts.get((run_id, target), 0)
+    def count(self, run_id: str, key: str) -> int:
+        """Entries kept or being committed in one queue."""
+        return self._counts.get((run_id, key), 0)
 
-    def reserve(self, run_id: str, target: WorkflowPath) -> int:
-        """Hold a place for an entry about to be committed; its FIFO position.
+    def rekey(self, run: Run, key_of: Callable[[WorkflowPath], str]) -> None:
+        """Recompute the run's queue keys if its tree grew since they were computed
+        (a stage declared later may now be what an earlier target spelled)."""
+        stamp = (run.nonce, run.generation)
+        if self._keyed.get(run.run_id) == stamp:
+            return
+        self._keyed[run.run_id] = stamp
+        pending = [e for e in self._pending.values() if e.run_id == run.run_id]
+        for entry in [*self.entries(run.run_id), *pending]:
+            key = key_of(entry.target)
+            if key != entry.key:
+                self._bump(entry, -1)
+                entry.key = key
+                self._bump(entry, 1)
+
+    def reserve(self, entry: Entry) -> int:
+        """Hold a place for ``entry`` until it is committed (:meth:`add`) or fails
+        (:meth:`release`); its FIFO position in its queue.
 
         Raises BusError(queue_full): entries already kept and places held count.
         """
-        key = (run_id, target)
-        queued = self.count(run_id, target) + self._reserved.get(key, 0)
+        queued = self.count(entry.run_id, entry.key)
         if queued >= QUEUED_PER_TARGET:
             raise BusError("queue_full", limit=QUEUED_PER_TARGET)
-        self._reserved[key] = self._reserved.get(key, 0) + 1
+        self._pending[entry.seq] = entry
+        self._bump(entry, 1)
         return queued + 1
 
-    def release(self, run_id: str, target: WorkflowPath) -> None:
-        """Give a held place back (its entry was committed, or failed)."""
-        key = (run_id, target)
-        left = self._reserved.get(key, 0) - 1
+    def release(self, entry: Entry) -> None:
+        """Give the place held for ``entry`` back (its commit failed)."""
+        if self._pending.pop(entry.seq, None) is not None:
+            self._bump(entry, -1)
+
+    def _bump(self, entry: Entry, by: int) -> None:
+        key = (entry.run_id, entry.key)
+        left = self._counts.get(key, 0) + by
         if left > 0:
-            self._reserved[key] = left
+            self._counts[key] = left
         else:
-            self._reserved.pop(key, None)
+            self._counts.pop(key, None)
 
     def allocate(self) -> int:
         seq = self.next_seq
@@ -110,10 +139,11 @@ class StickyQueues:
         return seq
 
     def add(self, entry: Entry) -> None:
+        """Retain a committed entry (its place, if one was held, becomes the entry)."""
+        if self._pending.pop(entry.seq, None) is None:
+            self._bump(entry, 1)
         self.by_run.setdefault(entry.run_id, {})[entry.seq] = entry
         self.by_message[entry.message_id] = entry
-        key = (entry.run_id, entry.target)
-        self._counts[key] = self._counts.get(key, 0) + 1
         self.next_seq = max(self.next_seq, entry.seq + 1)
 
     def remove(self, entry: Entry) -> None:
@@ -122,12 +152,7 @@ class StickyQueues:
             return
         if not run:
             del self.by_run[entry.run_id]
-        key = (entry.run_id, entry.target)
-        left = self._counts[key] - 1
-        if left:
-            self._counts[key] = left
-        else:
-            del self._counts[key]
+        self._bump(entry, -1)
         if self.by_message.get(entry.message_id) is entry:
             del self.by_message[entry.message_id]
 
@@ -135,6 +160,7 @@ class StickyQueues:
         entries = list(self.entries(run_id))
         for entry in entries:
             self.remove(entry)
+        self._keyed.pop(run_id, None)
         return entries
 
     def matching(self, run_id: str, node: Node) -> list[Entry]:
@@ -165,7 +191,7 @@ def entry_from_row(row: StickyRow, target: WorkflowPath) -> Entry:
     return Entry(saved.seq, saved.run_id, target, saved.sender_id, saved.sender_name,
                  saved.message_id, saved.message, list(saved.attachments or []), saved.sent_at,
                  bool(saved.ack), saved.position, bool(saved.not_in_known_set),
-                 list(row.delivered_to))
+                 list(row.delivered_to), key=str(target))   # provisional: see rekey()
 
 
 def undeliverable_fields(entry: Entry, reason: str) -> dict[str, Any]:

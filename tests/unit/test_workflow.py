@@ -370,3 +370,83 @@ def test_a_send_to_an_unstarted_default_group_stage_is_refused_and_nothing_queue
     result = send(bus, b"host", "workflow:r1/escape")
     assert result["code"] == "stage_not_deliverable" and "before it starts" in result["error"]
     assert bus.persisted() == [] and not bus.engine.state.sticky.by_message
+
+
+# -- a stage's name and id are one target ---------------------------------------------------
+
+def test_name_and_id_spellings_share_one_fifo_positions_and_cap():
+    bus = hosted()
+    by_name = [queue(bus, b"host", "workflow:r1/plan", f"n{n}")["position"] for n in range(25)]
+    by_id = [queue(bus, b"host", "workflow:r1/s-plan", f"i{n}")["position"] for n in range(25)]
+    assert by_name + by_id == list(range(1, 51))
+    assert send(bus, b"host", "workflow:r1/s-plan", "one more")["code"] == "queue_full"
+    assert send(bus, b"host", "workflow:r1/plan", "one more")["code"] == "queue_full"
+
+
+def test_mixed_spellings_of_a_nested_stage_share_its_queue():
+    bus = hosted()
+    bus.workflow(b"host", "add_stages", runId="r1", parent="plan", stages=[{"name": "step", "id": "s-step"}])
+    spellings = ("workflow:r1/plan/step", "workflow:r1/s-plan/step", "workflow:r1/s-plan/s-step")
+    assert [queue(bus, b"host", to, to)["position"] for to in spellings] == [1, 2, 3]
+    (run,) = bus.call(b"host", "list")["workflows"]
+    row = next(r for r in run["stages"] if r["name"] == "step")
+    assert row["queued"] == 3 and run["future"] == []
+
+
+def test_queued_answer_names_the_spelling_sent_with_the_stage_position():
+    bus = hosted()
+    queue(bus, b"host", "workflow:r1/plan", "first")
+    answer = queue(bus, b"host", "workflow:r1/s-plan", "second")
+    assert answer["target"] == "workflow:r1/s-plan" and answer["position"] == 2
+    assert "notInKnownSet" not in answer
+
+
+def test_list_does_not_show_a_stage_id_as_a_future_target():
+    bus = hosted()
+    queue(bus, b"host", "workflow:r1/s-plan", "by id")
+    (run,) = bus.call(b"host", "list")["workflows"]
+    assert run["future"] == []
+    plan = next(r for r in run["stages"] if r["name"] == "plan")
+    assert plan["queued"] == 1 and [s["target"] for s in plan["deliveryStates"]] == ["workflow:r1/s-plan"]
+
+
+def test_a_stage_declared_later_joins_the_queue_of_its_other_spelling():
+    bus = hosted()
+    assert [queue(bus, b"host", "workflow:r1/s-later", f"i{n}")["position"] for n in range(30)] \
+        == list(range(1, 31))
+    bus.workflow(b"host", "add_stages", runId="r1", stages=[{"name": "later", "id": "s-later"}])
+    assert queue(bus, b"host", "workflow:r1/later", "by name")["position"] == 31
+    (run,) = bus.call(b"host", "list")["workflows"]
+    assert run["future"] == []
+    for n in range(19):
+        queue(bus, b"host", "workflow:r1/later", f"n{n}")
+    assert send(bus, b"host", "workflow:r1/s-later", "51st")["code"] == "queue_full"
+
+
+def test_one_queue_per_stage_holds_across_a_restart():
+    bus = hosted()
+    for n in range(30):
+        queue(bus, b"host", "workflow:r1/plan", f"n{n}")
+    for n in range(10):
+        queue(bus, b"host", "workflow:r1/s-plan", f"i{n}")
+    host_id = bus.engine.registry.by_identity[b"host"].id
+    bus.restart()
+    bus.hello("host", identity=b"host2", sessionId=host_id, groups=["default", "workflow:r1"],
+              homeGroup="default")
+    assert queue(bus, b"host2", "workflow:r1/s-plan", "after")["position"] == 41
+    for n in range(9):
+        queue(bus, b"host2", "workflow:r1/plan", f"m{n}")
+    assert send(bus, b"host2", "workflow:r1/plan", "51st")["code"] == "queue_full"
+    stage(bus, "plan", "workflow:r1/plan")
+    assert len(bus.sends(b"plan", "msg")) == 50
+
+
+def test_places_held_for_commits_count_in_the_shared_queue():
+    bus = hosted()
+    for n in range(25):
+        bus.feed(b"host", envelope("call", id=f"n{n}", action="send", to="workflow:r1/plan", message="m"))
+    for n in range(25):
+        bus.feed(b"host", envelope("call", id=f"i{n}", action="send", to="workflow:r1/s-plan", message="m"))
+    assert send(bus, b"host", "workflow:r1/plan")["code"] == "queue_full"
+    assert result_for(bus.commit(), b"host", "i24")["position"] == 50
+
