@@ -26,7 +26,7 @@ from .authority import run_for
 from .commands import Send
 from .delivery import deliver
 from .paths import WorkflowPath, matches, parse_path
-from .records import StickyAnswered, StickyDelivery, StickyDropped
+from .records import StickyAnswered, StickyDelivery
 from .runs import Node, Run
 from .sessions import Session
 from .state import State
@@ -180,14 +180,15 @@ def hand_over(state: State, entry: Entry, node: Node, session: Session, now: flo
 
 
 def settle_exact(state: State, run: Run, node: Node, reason: str) -> None:
-    """Exact entries for a stage that ended unstarted can never be delivered."""
-    for entry in list(state.sticky.entries(run.run_id)):
+    """Exact entries for a stage that ended unstarted can never be delivered: their
+    senders are told now, once, and the entries stay until the run ends, listed
+    ``stage-terminal`` for that stage."""
+    for entry in state.sticky.entries(run.run_id):
         if entry.target.is_pattern or entry.deliveries:
             continue
         hits = [n for n in run.nodes() if matches(entry.target.segments, n.elements())]
         if hits == [node]:
-            state.sticky.remove(entry)
-            state.persist(StickyDropped(entry.seq))
+            state.persist(entry.settle(node, state.wall))
             notify_undeliverable(state, entry, reason)
 
 

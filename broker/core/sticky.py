@@ -20,7 +20,10 @@ Invariants:
   those being committed alike; a further one is refused, nothing is evicted;
 * an entry is retained (in ``by_run``) only once its row is committed (the shell
   reports it), and the ``queued`` answer is sent only then;
-* an entry that reached a stage at least once is never reported undeliverable.
+* ``deliveries`` holds hand-overs and settlements (transcript ``SETTLED``: the stage
+  ended before any session took the entry, and its sender was told); an entry with
+  any of them is never reported undeliverable again, and one that reached a stage
+  at least once never at all.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from typing import Any, Callable, Iterator
 
 from schemas.errors import BusError
 from schemas.limits import QUEUED_PER_TARGET
-from schemas.names import ACKED, SENT
+from schemas.names import ACKED, SENT, UNDELIVERABLE
 
 from .paths import WorkflowPath, matches
-from .records import StickyRow, StickySaved
+from .records import StickyDelivery, StickyRow, StickySaved
 from .runs import Node, Run
+
+SETTLED = ""     # the transcript of a settlement: no session ever had the entry
 
 
 @dataclass(eq=False, slots=True)
@@ -72,6 +77,11 @@ class Entry:
         if self.not_in_known_set:
             answer["notInKnownSet"] = True
         return answer
+
+    def settle(self, node: Node, at: float) -> StickyDelivery:
+        """Note that ``node`` ended before any session took this entry; the record."""
+        self.deliveries[(node.key(), SETTLED)] = UNDELIVERABLE
+        return StickyDelivery(self.seq, node.key(), SETTLED, UNDELIVERABLE, at)
 
 
 class StickyQueues:

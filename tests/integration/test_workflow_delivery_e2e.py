@@ -313,11 +313,17 @@ def test_stage_ended_before_start_settles_its_exact_entries(connect, state):
     notices = {e["messageId"]: e for e in undeliverable(events_now(host))}
     assert set(notices) == {by_name, by_id}, notices
     row = run_row(host, run)
-    assert states_by_id(stage_row(row, "plan")) == {pattern_id: "stage-terminal"}, row
+    # the settled entries stay as evidence, as does the pattern entry that matched it
+    assert states_by_id(stage_row(row, "plan")) == {by_name: "stage-terminal", by_id: "stage-terminal",
+                                                    pattern_id: "stage-terminal"}, row
+    assert row["future"] == [{"target": path(run, "*"), "queued": 1}], row
     assert states_by_id(stage_row(row, "impl")) == {pattern_id: "queued", other_id: "queued"}, row
     # the pattern entry is not settled: it still reaches the next matching stage
     impl = start_stage(connect, run, "impl")
     assert [m["message"] for m in take(impl, 2)] == ["pattern stays", "other stage"]
+    # they were reported once: ending the run reports nothing again
+    ok(host.end_run(run))
+    assert undeliverable(events_now(host)) == []
 
 
 def test_no_undeliverable_notice_when_the_sender_did_not_ask_for_one(connect):

@@ -450,3 +450,33 @@ def test_places_held_for_commits_count_in_the_shared_queue():
     assert send(bus, b"host", "workflow:r1/plan")["code"] == "queue_full"
     assert result_for(bus.commit(), b"host", "i24")["position"] == 50
 
+
+# -- a stage that ended unstarted keeps its evidence ----------------------------------------
+
+def test_failed_unstarted_stage_lists_its_never_delivered_entries_stage_terminal():
+    bus = hosted()
+    queue(bus, b"host", "workflow:r1/plan", "by name", msg_id="m-name")
+    queue(bus, b"host", "workflow:r1/s-plan", "by id", msg_id="m-id")
+    bus.workflow(b"host", "stage_state", runId="r1", stage="plan", state="failed")
+    assert sorted(e["messageId"] for e in bus.sends(b"host", "event")) == ["m-id", "m-name"]
+    (run,) = bus.call(b"host", "list")["workflows"]
+    plan = next(r for r in run["stages"] if r["name"] == "plan")
+    assert {s["messageId"]: s["state"] for s in plan["deliveryStates"]} == \
+        {"m-name": "stage-terminal", "m-id": "stage-terminal"}
+    assert plan["queued"] == 0 and run["future"] == []
+
+
+def test_settled_entries_are_not_reported_again_when_the_run_ends_even_after_a_restart():
+    bus = hosted()
+    queue(bus, b"host", "workflow:r1/plan", "stranded", msg_id="m1")
+    bus.workflow(b"host", "stage_state", runId="r1", stage="plan", state="failed")
+    bus.commit()
+    host_id = bus.engine.registry.by_identity[b"host"].id
+    bus.restart()
+    bus.hello("host", identity=b"host2", sessionId=host_id, groups=["default", "workflow:r1"],
+              homeGroup="default")
+    (run,) = bus.call(b"host2", "list")["workflows"]
+    plan = next(r for r in run["stages"] if r["name"] == "plan")
+    assert [s["state"] for s in plan["deliveryStates"]] == ["stage-terminal"]
+    result = bus.workflow(b"host2", "end_run", runId="r1")
+    assert result["undeliverable"] == 0 and bus.sends(b"host2", "event") == []
