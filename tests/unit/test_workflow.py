@@ -480,3 +480,60 @@ def test_settled_entries_are_not_reported_again_when_the_run_ends_even_after_a_r
     assert [s["state"] for s in plan["deliveryStates"]] == ["stage-terminal"]
     result = bus.workflow(b"host2", "end_run", runId="r1")
     assert result["undeliverable"] == 0 and bus.sends(b"host2", "event") == []
+
+
+# -- a group peek does not cross workflow isolation -----------------------------------------
+
+def peeked(bus, identity, group):
+    """Who a read-only group filter shows, by name, and the count status gives."""
+    names = [s["name"] for s in bus.call(identity, "list", group=group)["sessions"]]
+    assert bus.call(identity, "status", group=group)["visibleSessions"] == len(names)
+    return names
+
+
+def test_subgroup_member_peeks_at_its_own_subgroup_but_not_a_sibling_or_the_run():
+    bus = hosted()
+    bus.workflow(b"host", "add_stages", runId="r1", stages=[{"name": "second", "group": "reviewers"}])
+    stage(bus, "plan", "workflow:r1/plan")
+    stage(bus, "reviewer", "workflow:r1/review")
+    stage(bus, "second", "workflow:r1/second")
+    stage(bus, "auditor", "workflow:r1/audit")
+    assert peeked(bus, b"reviewer", "workflow:r1/reviewers") == ["second"]
+    assert peeked(bus, b"reviewer", "workflow:r1/auditors") == []
+    assert peeked(bus, b"reviewer", "workflow:r1") == []
+    # a refused peek reads exactly like a group nobody is in
+    assert bus.call(b"reviewer", "list", group="workflow:r1/auditors") == \
+        {**bus.call(b"reviewer", "list", group="workflow:r1/nobody"), "group": "workflow:r1/auditors"}
+
+
+def test_controller_peeks_into_every_subgroup_of_its_run():
+    bus = hosted()
+    stage(bus, "reviewer", "workflow:r1/review")
+    stage(bus, "auditor", "workflow:r1/audit")
+    assert peeked(bus, b"host", "workflow:r1/auditors") == ["auditor"]
+    bus.hello("chat")
+    assert peeked(bus, b"chat", "workflow:r1/auditors") == []
+    bus.call(b"chat", "join", group="workflow:r1")
+    assert peeked(bus, b"chat", "workflow:r1/auditors") == ["auditor"]
+
+
+def test_subgroup_member_that_joins_the_invocation_group_sees_its_members_not_siblings():
+    bus = hosted()
+    stage(bus, "plan", "workflow:r1/plan")
+    stage(bus, "reviewer", "workflow:r1/review")
+    stage(bus, "auditor", "workflow:r1/audit")
+    bus.call(b"reviewer", "join", group="workflow:r1")
+    assert peeked(bus, b"reviewer", "workflow:r1") == ["host", "plan"]
+    assert peeked(bus, b"reviewer", "workflow:r1/auditors") == []
+
+
+def test_another_runs_stage_cannot_peek_into_a_run_a_plain_session_may():
+    bus = hosted()
+    stage(bus, "plan", "workflow:r1/plan")
+    bus.hello("other-host")
+    bus.workflow(b"other-host", "register_run", runId="r2", stages=[{"name": "x"}])
+    stage(bus, "x", "workflow:r2/x")
+    assert peeked(bus, b"x", "workflow:r1") == []
+    bus.hello("chat")
+    assert peeked(bus, b"chat", "workflow:r1") == ["host", "plan"]
+    assert peeked(bus, b"x", "default") == ["host", "other-host", "chat"]
