@@ -231,6 +231,24 @@ def test_51st_queued_message_is_refused_with_queue_full(connect):
     assert queue(host, path(run, "*"), "pattern")["position"] == 1
 
 
+def test_name_and_id_spellings_of_a_stage_share_one_queue_and_cap(connect):
+    host, run = host_run(connect, [{"name": "plan", "id": "s-plan"}])
+    half = QUEUED_PER_TARGET // 2
+
+    by_name = [queue(host, path(run, "plan"), f"n{n}")["position"] for n in range(half)]
+    by_id = [queue(host, path(run, "s-plan"), f"i{n}")["position"] for n in range(QUEUED_PER_TARGET - half)]
+
+    assert by_name + by_id == list(range(1, QUEUED_PER_TARGET + 1))
+    assert_refused(send(host, path(run, "s-plan"), "51st"), "queue_full", QUEUE_FULL_TEXT)
+    assert_refused(send(host, path(run, "plan"), "51st"), "queue_full", QUEUE_FULL_TEXT)
+    row = run_row(host, run)
+    assert row["future"] == [], row                     # the id is the stage, not a future target
+    assert stage_row(row, "plan")["queued"] == QUEUED_PER_TARGET, row
+    plan = start_stage(connect, run, "plan")
+    expected = [f"n{n}" for n in range(half)] + [f"i{n}" for n in range(QUEUED_PER_TARGET - half)]
+    assert [m["message"] for m in take(plan, QUEUED_PER_TARGET)] == expected
+
+
 def test_first_50_queued_messages_are_all_delivered_after_a_refusal(connect):
     host, run = host_run(connect, [{"name": "plan"}])
     for n in range(QUEUED_PER_TARGET):
