@@ -5,7 +5,9 @@ control. A session *controls* run R when it is a member of R's invocation group
 ``workflow:R`` and is not a stage of some other home: a stage session controls only
 its own run, and only when it lives in the invocation group itself (not a subgroup).
 Control lets a session see, send to, queue for and ask the stages of R, including
-those isolated in R's subgroups; subgroup members see only their own subgroup.
+those isolated in R's subgroups; subgroup members see only their own subgroup. A
+read-only ``group`` peek (``list``/``status``) crosses no more than that: see
+:func:`peek`.
 Authority is a relation the broker records (a run's host, a stage's binding, a
 child's parent), never a flag a client asserts.
 
@@ -80,6 +82,34 @@ def visible_to(state: State, viewer: Session) -> list[Session]:
             ids |= registry.by_group.get(group, set())
     ids.discard(viewer.id)
     return sorted((registry.by_id[i] for i in ids), key=lambda s: (s.connected_at, s.id))
+
+
+def may_peek(state: State, viewer: Session, group: str) -> bool:
+    """Whether a read-only ``group`` filter shows ``viewer`` the members of ``group``.
+
+    Its members may; anyone may peek at an ordinary group (anyone may join it). A
+    workflow group is isolated: a run's subgroup shows only to those who control the
+    run, so a subgroup member never discovers a sibling subgroup; its invocation group
+    shows to no stage session outside it, so neither a subgroup member (ownership
+    grants no reverse access) nor another run's stage looks in.
+    """
+    owner = run_of_group(group)
+    if owner is None or group in viewer.groups:
+        return True
+    run_id, subgroup = owner
+    if subgroup:
+        run = state.runs.get(run_id)
+        return run is not None and controls(viewer, run)
+    return viewer.binding is None
+
+
+def peek(state: State, viewer: Session, group: str) -> list[Session]:
+    """The other members of ``group`` that a read-only filter shows ``viewer``, in
+    connection order; none (as for a group nobody is in) when it may not look in."""
+    if not may_peek(state, viewer, group):
+        return []
+    rows = [s for s in state.registry.members(group) if s is not viewer]
+    return sorted(rows, key=lambda s: (s.connected_at, s.id))
 
 
 def watchers(state: State, groups: Iterable[str]) -> set[str]:

@@ -2,8 +2,8 @@
 
 Membership changes are the only writes here; each one goes through
 :func:`change_groups`, so presence can never drift from the registry. ``group`` on
-``list`` and ``status`` is a read-only filter: it never changes what the caller may
-message.
+``list`` and ``status`` is a read-only filter (:func:`~broker.core.authority.peek`): it
+never changes what the caller may message, and never shows an isolated workflow group.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from schemas.errors import BusError
 from schemas.groups import clean_group
 
-from .authority import check_join, visible_to
+from .authority import check_join, peek, visible_to
 from .presence import membership_changed
 from .run_listing import run_rows
 from .sessions import Session
@@ -25,8 +25,7 @@ def list_sessions(state: State, session: Session, params: dict, re: str, now: fl
     group = params.get("group")
     if group is not None:
         group = group.strip()
-        rows = [s for s in state.registry.members(group) if s is not session]
-        rows.sort(key=lambda s: (s.connected_at, s.id))
+        rows = peek(state, session, group)
     else:
         rows = visible_to(state, session)
     result = {"self": session.public(), "sessions": [s.public() for s in rows]}
@@ -76,7 +75,7 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
     group = params.get("group")
     if group is not None:
         group = group.strip()
-        visible = len([s for s in state.registry.members(group) if s is not session])
+        visible = len(peek(state, session, group))
     else:
         visible = len(visible_to(state, session))
     result = {

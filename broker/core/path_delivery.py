@@ -4,11 +4,14 @@ A ``send`` to a path reaches live matching stages at once; anything else it name
 pending or future stage, a name or a pattern) is kept as a sticky entry and answered
 ``queued`` only after the entry is committed. The answer (its FIFO position, the
 live stages it reached, whether the target was outside the known set) is part of
-the entry, so a retry after a restart is told exactly what it was told first.
+the entry, so a retry after a restart is told exactly what it was told first. Its
+``target`` echoes the path as the sender spelled it; its position is the place in
+the one queue that every spelling of a known stage shares (:func:`queue_key`).
 
 Cost: a literal path is looked up through the run's per-level spelling index, so a
 send costs O(path length) whatever the number of stages; a pattern is matched
-against every stage, as its meaning requires.
+against every stage, as its meaning requires. The first send after the run's tree
+grew (or after a restart) re-keys the run's entries once (:func:`queue_key`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from .authority import run_for
 from .commands import Send
 from .delivery import deliver
 from .paths import WorkflowPath, matches, parse_path
-from .records import StickyAnswered, StickyDelivery, StickyDropped
+from .records import StickyAnswered, StickyDelivery
 from .runs import Node, Run
 from .sessions import Session
 from .state import State
@@ -57,14 +60,13 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
         if node.group == DEFAULT_GROUP:
             # Not workflow-owned: it gets no pre-start delivery, so nothing is queued.
             raise BusError("stage_not_deliverable", to=to)
-    size = entry_size(message, attachments)
-    position = state.sticky.reserve(run.run_id, path, size, state.limits)
+    state.sticky.rekey(run, lambda target: queue_key(run, target))
     entry = Entry(state.sticky.allocate(), run.run_id, path, session.id, session.name, re,
-                  message, attachments, state.wall, session.notify_undeliverable, position,
-                  not agents, size=size)
+                  message, attachments, state.wall, session.notify_undeliverable, 0,
+                  not agents, key=queue_key(run, path), size=entry_size(message, attachments))
+    entry.position = state.sticky.reserve(entry, state.limits)
 
     def committed(at: float) -> None:
-        state.sticky.release(run.run_id, path, size)
         state.sticky.add(entry)
         for node in agent_matches(run, path):
             live = live_session(state, node)
@@ -76,7 +78,7 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
         _settle(state, session.id, re, entry.answer())
 
     def failed(at: float, error: BusError) -> None:
-        state.sticky.release(run.run_id, path, size)
+        state.sticky.release(entry)
         _settle(state, session.id, re, error)
 
     state.persist(entry.record(), committed, failed)
@@ -127,6 +129,22 @@ def node_at(run: Run, path: WorkflowPath) -> Node | None:
     return hits[0] if len(hits) == 1 else None
 
 
+def queue_key(run: Run, path: WorkflowPath) -> str:
+    """The queue an entry for ``path`` counts in: its positions and its cap.
+
+    A literal path naming exactly one known agent stage, in any spelling (names, ids,
+    both mixed), is that stage's queue, keyed by its canonical path; anything else (a
+    pattern, a path outside the known set, a spelling several stages share) is a queue
+    of its own text. A stage declared later joins the queue of an earlier spelling:
+    keys are recomputed when the tree grows (:meth:`StickyQueues.rekey`).
+    """
+    if not path.is_pattern:
+        hits, non_agent = literal_nodes(run, path.segments)
+        if not non_agent and len(hits) == 1 and hits[0].is_agent:
+            return run.canonical(hits[0])
+    return str(path)
+
+
 def agent_matches(run: Run, path: WorkflowPath) -> list[Node]:
     """Agent stages the path names; a literal path through a non-agent node is refused.
 
@@ -165,14 +183,15 @@ def hand_over(state: State, entry: Entry, node: Node, session: Session, now: flo
 
 
 def settle_exact(state: State, run: Run, node: Node, reason: str) -> None:
-    """Exact entries for a stage that ended unstarted can never be delivered."""
-    for entry in list(state.sticky.entries(run.run_id)):
+    """Exact entries for a stage that ended unstarted can never be delivered: their
+    senders are told now, once, and the entries stay until the run ends, listed
+    ``stage-terminal`` for that stage."""
+    for entry in state.sticky.entries(run.run_id):
         if entry.target.is_pattern or entry.deliveries:
             continue
         hits = [n for n in run.nodes() if matches(entry.target.segments, n.elements())]
         if hits == [node]:
-            state.sticky.remove(entry)
-            state.persist(StickyDropped(entry.seq))
+            state.persist(entry.settle(node, state.wall))
             notify_undeliverable(state, entry, reason)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from schemas.names import PENDING, RUNNING
 
 from .authority import controlled_runs
-from .path_delivery import deliverable
+from .path_delivery import deliverable, queue_key
 from .runs import Run
 from .sessions import Session
 from .state import State
@@ -51,7 +51,8 @@ def run_row(state: State, run: Run) -> dict[str, Any]:
         known_targets.add(run.canonical(node))
     future: dict[str, int] = {}
     for entry in state.sticky.entries(run.run_id):
-        target = str(entry.target)
+        # Keyed as it counts: a known stage's id (or mixed) spelling is that stage.
+        target = queue_key(run, entry.target)
         if target not in known_targets:
             future[target] = future.get(target, 0) + 1
     return {"runId": run.run_id, "group": run.group, "dormant": run.dormant,

@@ -14,7 +14,10 @@ Invariants:
 * non-agent nodes (``prompt``, ``tool``, ``ui``) never receive or queue messages;
 * nodes join a run only through :meth:`Run.attach`, which keeps the run's indexes
   (spelling at each level, spelling anywhere, name key) exact, so looking a literal
-  path up costs O(path length), whatever the number of stages.
+  path up costs O(path length), whatever the number of stages;
+* ``Run.generation`` grows with every attach: anything derived from how the tree
+  resolves spellings (the sticky queue keys) is valid only for the generation it was
+  computed at.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ class Run:
     root_index: dict[str, list[Node]] = field(default_factory=dict)    # roots by spelling
     anywhere: dict[str, list[Node]] = field(default_factory=dict)      # any node by spelling
     by_key: dict[str, Node] = field(default_factory=dict)
+    generation: int = 0                # bumped whenever nodes join the tree
 
     @property
     def group(self) -> str:
@@ -106,6 +110,7 @@ class Run:
     def attach(self, nodes: list[Node], parent: Node | None) -> None:
         """Add ``nodes`` (with their subtrees) under ``parent`` (None: the roots)."""
         (parent.children if parent else self.roots).extend(nodes)
+        self.generation += 1
         level = parent.index if parent else self.root_index
         for node in nodes:
             for spelling in node.spellings:

@@ -8,29 +8,40 @@ order (by ``seq``). Each hand-over is recorded per stage and transcript: ``sent`
 stage that reconnects with the same transcript never gets an acknowledged entry
 twice, while a replacement session with a new transcript gets them all again.
 
+Targets are counted by their queue key (``Entry.key``, see
+:func:`broker.core.path_delivery.queue_key`): every spelling of one known stage (its
+name path, its id, a mix) is one queue with one position sequence and one cap. Keys
+depend on the run's stage tree, so they are recomputed (:meth:`StickyQueues.rekey`)
+whenever the tree grew since they were last computed, and after a restart.
+
 Invariants:
 
-* at most ``QUEUED_PER_TARGET`` entries per (run, target), at most
+* at most ``QUEUED_PER_TARGET`` entries per (run, queue key), at most
   ``Limits.max_run_entries`` entries and ``max_run_bytes`` bytes per run, and
-  ``max_sticky_bytes`` bytes in all; places held for entries being committed count
-  too; a further one is refused, nothing is evicted;
-* an entry exists in memory only once its row is committed (the shell reports it),
-  and the ``queued`` answer is sent only then;
-* an entry that reached a stage at least once is never reported undeliverable.
+  ``max_sticky_bytes`` bytes in all, committed ones and those being committed alike;
+  a further one is refused, nothing is evicted;
+* an entry is retained (in ``by_run``) only once its row is committed (the shell
+  reports it), and the ``queued`` answer is sent only then;
+* ``deliveries`` holds hand-overs and settlements (transcript ``SETTLED``: the stage
+  ended before any session took the entry, and its sender was told); an entry with
+  any of them is never reported undeliverable again, and one that reached a stage
+  at least once never at all.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from schemas.errors import BusError
 from schemas.limits import QUEUED_PER_TARGET
-from schemas.names import ACKED, SENT
+from schemas.names import ACKED, SENT, UNDELIVERABLE
 
 from .paths import WorkflowPath, matches
-from .records import StickyRow, StickySaved
-from .runs import Node
+from .records import StickyDelivery, StickyRow, StickySaved
+from .runs import Node, Run
+
+SETTLED = ""     # the transcript of a settlement: no session ever had the entry
 
 
 @dataclass(eq=False, slots=True)
@@ -48,8 +59,9 @@ class Entry:
     position: int = 0                           # FIFO position when it was queued
     not_in_known_set: bool = False
     delivered_to: list[str] = field(default_factory=list)   # live at queue time
-    size: int = 0                               # bytes it holds (entry_size)
     deliveries: dict[tuple[str, str], str] = field(default_factory=dict)  # (node key, transcript)
+    key: str = ""                               # the queue it counts in (StickyQueues.rekey)
+    size: int = 0                               # bytes it holds (entry_size)
 
     def matches(self, node: Node) -> bool:
         return matches(self.target.segments, node.elements())
@@ -69,6 +81,11 @@ class Entry:
             answer["notInKnownSet"] = True
         return answer
 
+    def settle(self, node: Node, at: float) -> StickyDelivery:
+        """Note that ``node`` ended before any session took this entry; the record."""
+        self.deliveries[(node.key(), SETTLED)] = UNDELIVERABLE
+        return StickyDelivery(self.seq, node.key(), SETTLED, UNDELIVERABLE, at)
+
 
 def entry_size(message: str, attachments: list) -> int:
     """The bytes an entry holds: its text and its attachments' strings, UTF-8."""
@@ -85,64 +102,86 @@ class StickyQueues:
     def __init__(self) -> None:
         self.by_run: dict[str, dict[int, Entry]] = {}
         self.by_message: dict[str, Entry] = {}
-        self._counts: dict[tuple[str, WorkflowPath], int] = {}   # entries per (run, target)
-        self._reserved: dict[tuple[str, WorkflowPath], int] = {}  # places held, not committed
-        self._held: dict[str, list[int]] = {}       # run -> [entries, bytes], held places included
-        self.total_bytes = 0                        # every run's, held places included
+        self._counts: dict[tuple[str, str], int] = {}   # entries per (run, queue key)
+        self._pending: dict[int, Entry] = {}             # being committed, by seq
+        self._keyed: dict[str, tuple[str, int]] = {}     # run -> (nonce, generation) keyed at
+        self._held: dict[str, list[int]] = {}            # run -> [entries, bytes], pending too
+        self.total_bytes = 0                             # every run's, pending too
         self.next_seq = 1
 
     def entries(self, run_id: str) -> Iterator[Entry]:
         yield from self.by_run.get(run_id, {}).values()
 
-    def count(self, run_id: str, target: WorkflowPath) -> int:
-        return self._counts.get((run_id, target), 0)
+    def count(self, run_id: str, key: str) -> int:
+        """Entries kept or being committed in one queue."""
+        return self._counts.get((run_id, key), 0)
+
+    def rekey(self, run: Run, key_of: Callable[[WorkflowPath], str]) -> None:
+        """Recompute the run's queue keys if its tree grew since they were computed
+        (a stage declared later may now be what an earlier target spelled)."""
+        stamp = (run.nonce, run.generation)
+        if self._keyed.get(run.run_id) == stamp:
+            return
+        self._keyed[run.run_id] = stamp
+        pending = [e for e in self._pending.values() if e.run_id == run.run_id]
+        for entry in [*self.entries(run.run_id), *pending]:
+            key = key_of(entry.target)
+            if key != entry.key:
+                self._bump(entry, -1)
+                entry.key = key
+                self._bump(entry, 1)
 
     def held(self, run_id: str) -> tuple[int, int]:
-        """Entries and bytes kept for a run (held places included)."""
+        """Entries and bytes kept for a run, those being committed included."""
         entries, size = self._held.get(run_id, (0, 0))
         return entries, size
 
-    def reserve(self, run_id: str, target: WorkflowPath, size: int, limits: Any) -> int:
-        """Hold a place for an entry of ``size`` bytes about to be committed; its FIFO
-        position. Entries already kept and places held count.
+    def reserve(self, entry: Entry, limits: Any) -> int:
+        """Hold a place for ``entry`` until it is committed (:meth:`add`) or fails
+        (:meth:`release`); its FIFO position in its queue. Entries already kept and
+        places held count.
 
         Raises BusError(queue_full | run_full | sticky_storage_full).
         """
-        key = (run_id, target)
-        queued = self.count(run_id, target) + self._reserved.get(key, 0)
+        queued = self.count(entry.run_id, entry.key)
         if queued >= QUEUED_PER_TARGET:
             raise BusError("queue_full", limit=QUEUED_PER_TARGET)
-        entries, held = self.held(run_id)
+        entries, held = self.held(entry.run_id)
         if entries >= limits.max_run_entries:
-            raise BusError("run_full", run_id=run_id, what=f"{entries} entries",
+            raise BusError("run_full", run_id=entry.run_id, what=f"{entries} entries",
                            flag="max-run-entries", limit=limits.max_run_entries)
-        if held + size > limits.max_run_bytes:
-            raise BusError("run_full", run_id=run_id, what=f"{held} bytes",
+        if held + entry.size > limits.max_run_bytes:
+            raise BusError("run_full", run_id=entry.run_id, what=f"{held} bytes",
                            flag="max-run-bytes", limit=limits.max_run_bytes)
-        if self.total_bytes + size > limits.max_sticky_bytes:
+        if self.total_bytes + entry.size > limits.max_sticky_bytes:
             raise BusError("sticky_storage_full", size=self.total_bytes,
                            limit=limits.max_sticky_bytes)
-        self._reserved[key] = self._reserved.get(key, 0) + 1
-        self._hold(run_id, 1, size)
+        self._pending[entry.seq] = entry
+        self._bump(entry, 1)
+        self._hold(entry, 1)
         return queued + 1
 
-    def release(self, run_id: str, target: WorkflowPath, size: int) -> None:
-        """Give a held place back (its entry was committed, or failed)."""
-        key = (run_id, target)
-        left = self._reserved.get(key, 0) - 1
-        if left > 0:
-            self._reserved[key] = left
-        else:
-            self._reserved.pop(key, None)
-        self._hold(run_id, -1, -size)
+    def release(self, entry: Entry) -> None:
+        """Give the place held for ``entry`` back (its commit failed)."""
+        if self._pending.pop(entry.seq, None) is not None:
+            self._bump(entry, -1)
+            self._hold(entry, -1)
 
-    def _hold(self, run_id: str, entries: int, size: int) -> None:
-        held = self._held.setdefault(run_id, [0, 0])
-        held[0] += entries
-        held[1] += size
-        self.total_bytes += size
+    def _hold(self, entry: Entry, by: int) -> None:
+        held = self._held.setdefault(entry.run_id, [0, 0])
+        held[0] += by
+        held[1] += by * entry.size
+        self.total_bytes += by * entry.size
         if held[0] <= 0:
-            del self._held[run_id]
+            del self._held[entry.run_id]
+
+    def _bump(self, entry: Entry, by: int) -> None:
+        key = (entry.run_id, entry.key)
+        left = self._counts.get(key, 0) + by
+        if left > 0:
+            self._counts[key] = left
+        else:
+            self._counts.pop(key, None)
 
     def allocate(self) -> int:
         seq = self.next_seq
@@ -150,11 +189,12 @@ class StickyQueues:
         return seq
 
     def add(self, entry: Entry) -> None:
+        """Retain a committed entry (its place, if one was held, becomes the entry)."""
+        if self._pending.pop(entry.seq, None) is None:
+            self._bump(entry, 1)
+            self._hold(entry, 1)
         self.by_run.setdefault(entry.run_id, {})[entry.seq] = entry
         self.by_message[entry.message_id] = entry
-        key = (entry.run_id, entry.target)
-        self._counts[key] = self._counts.get(key, 0) + 1
-        self._hold(entry.run_id, 1, entry.size)
         self.next_seq = max(self.next_seq, entry.seq + 1)
 
     def remove(self, entry: Entry) -> None:
@@ -163,13 +203,8 @@ class StickyQueues:
             return
         if not run:
             del self.by_run[entry.run_id]
-        self._hold(entry.run_id, -1, -entry.size)
-        key = (entry.run_id, entry.target)
-        left = self._counts[key] - 1
-        if left:
-            self._counts[key] = left
-        else:
-            del self._counts[key]
+        self._bump(entry, -1)
+        self._hold(entry, -1)
         if self.by_message.get(entry.message_id) is entry:
             del self.by_message[entry.message_id]
 
@@ -177,6 +212,7 @@ class StickyQueues:
         entries = list(self.entries(run_id))
         for entry in entries:
             self.remove(entry)
+        self._keyed.pop(run_id, None)
         return entries
 
     def matching(self, run_id: str, node: Node) -> list[Entry]:
@@ -208,7 +244,8 @@ def entry_from_row(row: StickyRow, target: WorkflowPath) -> Entry:
     return Entry(saved.seq, saved.run_id, target, saved.sender_id, saved.sender_name,
                  saved.message_id, saved.message, attachments, saved.sent_at,
                  bool(saved.ack), saved.position, bool(saved.not_in_known_set),
-                 list(row.delivered_to), size=entry_size(saved.message, attachments))
+                 list(row.delivered_to), key=str(target),   # provisional: see rekey()
+                 size=entry_size(saved.message, attachments))
 
 
 def undeliverable_fields(entry: Entry, reason: str) -> dict[str, Any]:

@@ -414,3 +414,47 @@ def test_end_run_after_kill9_notifies_with_the_queued_message_ids(crashable):
         if event.get("event") == "undeliverable":
             notices.append(event)
     assert {e["messageId"] for e in notices} == {exact_id, ghost_id}, notices
+
+
+@pytest.mark.timeout(120)
+def test_one_queue_for_a_stage_name_and_id_still_holds_after_kill9(crashable):
+    host, run = host_run(crashable, [{"name": "plan", "id": "s-plan"}, {"name": "impl"}])
+    for n in range(30):
+        queued(host.intercom(action="send", to=path(run, "plan"), message=f"n{n}"))
+    for n in range(19):
+        queued(host.intercom(action="send", to=path(run, "s-plan"), message=f"i{n}"))
+
+    crashable.kill9()
+    crashable.restart()
+    host_back(crashable, host, run)
+
+    last = queued(host.intercom(action="send", to=path(run, "s-plan"), message="i19"))
+    assert last["position"] == QUEUED_PER_TARGET, last
+    refused = host.intercom(action="send", to=path(run, "plan"), message="51st")
+    assert refused.get("ok") is False and refused["code"] == "queue_full", refused
+    assert ok(host.intercom(action="list"))["workflows"][0]["future"] == []
+
+
+@pytest.mark.timeout(120)
+def test_settled_entries_of_a_failed_stage_are_listed_and_not_reported_again_after_kill9(crashable):
+    host, run = host_run(crashable)
+    settled_id, _ = send_for_id(host, path(run, "impl"), "impl never starts")
+    ok(host.set_stage_state(run, "impl", "failed"))
+    durability_barrier(host, run)
+
+    crashable.kill9()
+    crashable.restart()
+    crashable.wait_back(host)
+    ok(host.register_run(run, STAGES))
+
+    (row,) = [r for r in ok(host.intercom(action="list"))["workflows"] if r["runId"] == run]
+    (impl,) = [s for s in row["stages"] if s["name"] == "impl"]
+    assert {s["messageId"]: s["state"] for s in impl["deliveryStates"]} == {settled_id: "stage-terminal"}
+    while host.next_event(0) is not None:
+        pass
+    ok(host.end_run(run))
+    notices = []
+    while (event := host.next_event(0)) is not None:
+        if event.get("event") == "undeliverable":
+            notices.append(event["messageId"])
+    assert len(notices) == 1 and settled_id not in notices, notices   # the barrier's only

@@ -260,6 +260,26 @@ def test_subgroup_member_cannot_see_sibling_subgroup_in_list(connect):
     assert {rev.id, wri.id, rev_b.id} <= host_seen
 
 
+def test_subgroup_member_group_peek_shows_its_own_subgroup_only(connect):
+    host, run = host_run(connect, [{"name": "plan"}, {"name": "rev", "group": "reviewers"},
+                                   {"name": "rev-b", "group": "reviewers"}, {"name": "wri", "group": "writers"}])
+    plan = start_stage(connect, run, "plan")
+    rev = start_stage(connect, run, "rev")
+    rev_b = start_stage(connect, run, "rev-b")
+    wri = start_stage(connect, run, "wri")
+
+    def peek(session, group):
+        ids = [s["id"] for s in ok(session.intercom(action="list", group=group))["sessions"]]
+        assert ok(session.intercom(action="status", group=group))["visibleSessions"] == len(ids)
+        return ids
+
+    assert peek(rev, f"workflow:{run}/reviewers") == [rev_b.id]
+    assert peek(rev, f"workflow:{run}/writers") == []       # a sibling subgroup: as if empty
+    assert peek(rev, f"workflow:{run}") == []               # nor the run's own group
+    assert set(peek(host, f"workflow:{run}/writers")) == {wri.id}
+    assert set(peek(host, f"workflow:{run}")) == {plan.id}
+
+
 def test_subgroup_member_cannot_reach_sibling_subgroup(connect):
     _host, run = host_run(connect, [{"name": "rev", "group": "reviewers"}, {"name": "wri", "group": "writers"}])
     rev = start_stage(connect, run, "rev")

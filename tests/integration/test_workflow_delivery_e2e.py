@@ -231,6 +231,24 @@ def test_51st_queued_message_is_refused_with_queue_full(connect):
     assert queue(host, path(run, "*"), "pattern")["position"] == 1
 
 
+def test_name_and_id_spellings_of_a_stage_share_one_queue_and_cap(connect):
+    host, run = host_run(connect, [{"name": "plan", "id": "s-plan"}])
+    half = QUEUED_PER_TARGET // 2
+
+    by_name = [queue(host, path(run, "plan"), f"n{n}")["position"] for n in range(half)]
+    by_id = [queue(host, path(run, "s-plan"), f"i{n}")["position"] for n in range(QUEUED_PER_TARGET - half)]
+
+    assert by_name + by_id == list(range(1, QUEUED_PER_TARGET + 1))
+    assert_refused(send(host, path(run, "s-plan"), "51st"), "queue_full", QUEUE_FULL_TEXT)
+    assert_refused(send(host, path(run, "plan"), "51st"), "queue_full", QUEUE_FULL_TEXT)
+    row = run_row(host, run)
+    assert row["future"] == [], row                     # the id is the stage, not a future target
+    assert stage_row(row, "plan")["queued"] == QUEUED_PER_TARGET, row
+    plan = start_stage(connect, run, "plan")
+    expected = [f"n{n}" for n in range(half)] + [f"i{n}" for n in range(QUEUED_PER_TARGET - half)]
+    assert [m["message"] for m in take(plan, QUEUED_PER_TARGET)] == expected
+
+
 def test_first_50_queued_messages_are_all_delivered_after_a_refusal(connect):
     host, run = host_run(connect, [{"name": "plan"}])
     for n in range(QUEUED_PER_TARGET):
@@ -313,11 +331,17 @@ def test_stage_ended_before_start_settles_its_exact_entries(connect, state):
     notices = {e["messageId"]: e for e in undeliverable(events_now(host))}
     assert set(notices) == {by_name, by_id}, notices
     row = run_row(host, run)
-    assert states_by_id(stage_row(row, "plan")) == {pattern_id: "stage-terminal"}, row
+    # the settled entries stay as evidence, as does the pattern entry that matched it
+    assert states_by_id(stage_row(row, "plan")) == {by_name: "stage-terminal", by_id: "stage-terminal",
+                                                    pattern_id: "stage-terminal"}, row
+    assert row["future"] == [{"target": path(run, "*"), "queued": 1}], row
     assert states_by_id(stage_row(row, "impl")) == {pattern_id: "queued", other_id: "queued"}, row
     # the pattern entry is not settled: it still reaches the next matching stage
     impl = start_stage(connect, run, "impl")
     assert [m["message"] for m in take(impl, 2)] == ["pattern stays", "other stage"]
+    # they were reported once: ending the run reports nothing again
+    ok(host.end_run(run))
+    assert undeliverable(events_now(host)) == []
 
 
 def test_no_undeliverable_notice_when_the_sender_did_not_ask_for_one(connect):
