@@ -26,8 +26,8 @@ Invariants:
   Messages are handed on before the answers that came with or after them resolve;
   the answers of one read resolve under one acquisition of ``_cond``.
 * Bounded inbox: a holder reads a frame only while the session's inbox is under
-  ``inbox_limit_bytes``, or under twice that while a :meth:`Transport.call` waits
-  (its answer may sit behind messages; the second limit is the calls' reserve).
+  ``inbox_limit_bytes``, or while a :meth:`Transport.call` waits, under that plus a
+  reserve (:func:`_reserve`: its answer may sit behind messages, a frame of them).
   Otherwise reading pauses: unread frames stay in ZeroMQ's queue (``RCVHWM``) and
   the kernel's buffers, which push back on the broker. While paused the broker's
   silence proves nothing (no reconnect); a call still waiting at its timeout is
@@ -48,6 +48,8 @@ from typing import Callable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from schemas.limits import MAX_INBOUND_FRAME_BYTES
+
 from .protocol import TIMER_INTERVAL_S, ClientProtocol, Inbound
 from .keys import CurveKeys
 from .replies import FINISHED, PENDING, Reply, resolve
@@ -64,8 +66,15 @@ _TAKE_OVER_WAIT_S = 0.005
 # sending thread lets it run.
 _YIELD_EVERY = 256
 # Frames ZeroMQ queues unread: enough to keep a fast reader busy (a frame carries up
-# to 50 messages), few enough that a paused reader does not hold a backlog itself.
-_RCVHWM = 128
+# to 50 messages), few enough that a paused reader does not hold a backlog itself
+# (a frame may be up to MAX_INBOUND_FRAME_BYTES): the broker holds it instead.
+_RCVHWM = 32
+
+
+def _reserve(limit: int) -> int:
+    """How far past ``limit`` reading goes while a call waits for its answer: the
+    limit again, and at least one whole frame from the broker."""
+    return max(limit, MAX_INBOUND_FRAME_BYTES)
 
 
 class Transport:
@@ -312,7 +321,7 @@ class Transport:
         if not limit:
             return True
         size = self._inbox_size()
-        return size < limit or (self._calls_waiting > 0 and size < 2 * limit)
+        return size < limit or (self._calls_waiting > 0 and size < limit + _reserve(limit))
 
     def _drain(self) -> None:
         recv, getsockopt = self._sock.recv, self._sock.getsockopt
@@ -324,6 +333,7 @@ class Transport:
             # would otherwise keep the IO thread's poll waking.
             while getsockopt(_EVENTS) & _POLLIN:
                 if bounded:
+                    self._deliver()       # the inbox counts what was read so far
                     if not self._may_read():
                         protocol.reading_paused = True
                         break
