@@ -1,13 +1,28 @@
-"""A FIFO of inbound items that any thread may take from, filled in batches by the
+"""FIFOs of inbound items that any thread may take from, filled in batches by the
 transport. A waiting thread may service the connection itself (``serve``) so the item
-is read by the thread that waits for it, with no hand-over."""
+is read by the thread that waits for it, with no hand-over.
+
+:class:`Inbox` is the one for messages: it counts what it holds, so the transport can
+stop reading the socket while it is full (see :mod:`client.transport`), and it drops
+a message id it has handed out already (a sender's resend to a restarted broker,
+which has forgotten the ids it delivered). Invariant: ``size`` is the sum of
+:func:`message_size` over the messages held, give or take takes in progress.
+"""
 
 from __future__ import annotations
 
 import collections
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable
+
+DEFAULT_LIMIT_BYTES = 8 << 20     # Client.connect(inbox_limit_bytes=...)
+# What a message costs besides its text (its envelope fields), for the inbox's count.
+MESSAGE_OVERHEAD_BYTES = 200
+# Ids of messages handed out, remembered to drop a resent copy: a restart resends only
+# what was still owed an answer, a few seconds' worth.
+RECENT_IDS = 4096
 
 
 class Waitable:
@@ -69,3 +84,78 @@ class Waitable:
                         self._cond.wait(left)
             finally:
                 self._waiting -= 1
+
+
+def message_size(msg: dict) -> int:
+    """What a held message counts for: its text's length plus a fixed overhead (an
+    estimate of its memory, not its bytes on the wire)."""
+    text = msg.get("message")
+    return MESSAGE_OVERHEAD_BYTES + (len(text) if text.__class__ is str else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxStatistics:
+    """What a session's inbox holds now (see :meth:`client.session.Session.inbox_statistics`)."""
+
+    messages: int            # messages waiting for receive()
+    size: int                # their size as :func:`message_size` counts it
+    limit_bytes: int         # past this the transport stops reading the socket
+    paused: bool             # reading is paused now
+    duplicates_dropped: int  # resent copies of messages already handed out
+
+
+class Inbox(Waitable):
+    """The message FIFO: counted (``size``) and deduplicated by message id.
+
+    ``on_take`` runs after each take, on the taking thread (the transport resumes
+    reading there if it paused). Filled by one thread at a time (the one servicing
+    the socket); taken from by any.
+    """
+
+    def __init__(self, on_take: Callable[[], None] | None = None) -> None:
+        super().__init__()
+        self._added = 0                   # written by the filling thread only
+        self._removed = 0                 # under _count_lock: takers race
+        self._count_lock = threading.Lock()
+        self._on_take = on_take
+        self._handed_out: dict[str, None] = {}   # insertion-ordered: oldest first
+        self.duplicates_dropped = 0
+
+    @property
+    def size(self) -> int:
+        return self._added - self._removed
+
+    def put_all(self, items: list[dict]) -> None:
+        self._added += sum(map(message_size, items))
+        super().put_all(items)
+
+    def take(self, timeout: float | None,
+             serve: Callable[[Callable[[], int], float | None], bool] | None = None) -> dict | None:
+        """The oldest message not handed out before, waiting up to ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            msg = super().take(timeout, serve)
+            if msg is None:
+                return None
+            with self._count_lock:
+                self._removed += message_size(msg)
+                fresh = self._remember(msg.get("id"))
+            if self._on_take is not None:
+                self._on_take()
+            if fresh:
+                return msg
+            if deadline is not None:
+                timeout = max(0.0, deadline - time.monotonic())
+
+    def _remember(self, msg_id: object) -> bool:
+        """Under _count_lock: True the first time ``msg_id`` is handed out."""
+        if msg_id.__class__ is not str:
+            return True
+        seen = self._handed_out
+        if msg_id in seen:
+            self.duplicates_dropped += 1
+            return False
+        seen[msg_id] = None
+        if len(seen) > RECENT_IDS:
+            del seen[next(iter(seen))]
+        return True

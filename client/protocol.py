@@ -16,11 +16,20 @@ Theory of operation:
   up, answered already, never asked) is dropped.
 * The connection is the state machine :data:`_NEXT`, keyed (state, input). Entering
   GREETING makes a hello due; it is built when the next frames are, so it carries
-  what the last welcome said. Entering CONNECTED queues every owed request again, in
-  order, under its own id (the broker deduplicates them), behind the hello. Requests
-  made while not CONNECTED still go out; the broker answers them ``not_connected``,
-  which is an input here, not their answer: they go again after the welcome.
+  what the session knows (its memberships as acknowledged). Nothing else leaves while
+  not CONNECTED: requests made meanwhile wait in the outbox. Entering CONNECTED
+  rebuilds the outbox: every owed request sent before, in order, under its own id
+  (the broker deduplicates them), then what waited, less any request given up on
+  (:meth:`forget`) meanwhile. So a request whose caller was told it failed is never
+  sent later, and one sent before an outage reaches a restarted broker only as a
+  stale frame ahead of the hello, which it refuses ``not_connected`` (an input
+  here, not an answer). An ask goes again with what is left of its own timeout, and
+  ``ASK_RESEND_DELAY_S`` after the welcome: a restarted broker knows only the
+  sessions that said hello again, and its answer to an id is final (a retry gets
+  the same one), so an ask resent before its target is back would fail for good.
 * What arrived before a welcome is reported before it, what arrived after, after it.
+* While the driver pauses reading (its inbox is full) silence proves nothing: the
+  broker's frames wait unread, so SILENCE is not an input then.
 * Closing is a latch outside the state machine (any thread sets it): every owed
   request fails with ``session_closed``, and so does every request made later.
 
@@ -48,6 +57,9 @@ from .wire import expand_msgs, take_envelopes
 
 TIMER_INTERVAL_S = HEARTBEAT_S / 2     # the longest a driver may go without timers()
 DEFAULT_REPORT_BYTES = MAX_BACKLOG_BYTES // 8   # until a welcome tells the broker's bound
+# A live peer says hello to a restarted broker within a heartbeat (answered
+# not_connected) and a reconnect interval (at most 1 s): twice that, and a little.
+ASK_RESEND_DELAY_S = 2 * HEARTBEAT_S + 0.5
 
 
 class Owed(Protocol):
@@ -67,6 +79,7 @@ class Input(enum.Enum):
     REFUSAL = "refusal"              # the current hello answered with an error
     NOT_CONNECTED = "not_connected"  # a request answered not_connected: broker forgot us
     SILENCE = "silence"              # nothing heard from the broker for LIVENESS_S
+    RESYNC = "resync"                # the welcome missed a change acknowledged meanwhile
 
 
 # (state, input) -> next state. A pair not listed changes nothing: while greeting, a
@@ -77,6 +90,7 @@ _NEXT: dict[tuple[State, Input], State] = {
     (State.GREETING, Input.REFUSAL): State.REFUSED,
     (State.CONNECTED, Input.NOT_CONNECTED): State.GREETING,
     (State.CONNECTED, Input.SILENCE): State.GREETING,
+    (State.CONNECTED, Input.RESYNC): State.GREETING,
 }
 
 
@@ -119,6 +133,9 @@ class ClientProtocol:
         self.read_bytes = 0
         self._reported = 0
         self._report_every = DEFAULT_REPORT_BYTES
+        self.reading_paused = False            # set by the driver: see the theory above
+        self._deferred: list[str] = []         # ids of asks to resend at _deferred_at
+        self._deferred_at = 0.0
         self._packb = new_packer()             # socket side only
         self._msgs: list[dict] = []
         self._events: list[dict] = []
@@ -172,14 +189,15 @@ class ClientProtocol:
     # -- socket side: one thread at a time -----------------------------------------------
 
     def wants_to_send(self) -> bool:
-        return bool(self._outbox) or self._hello_due or self._heartbeat_due
+        return ((bool(self._outbox) and self.state is State.CONNECTED)
+                or self._hello_due or self._heartbeat_due)
 
     def frames_to_send(self, now: float) -> list[bytes]:
         """Everything due, in order, in as few frames as the limits allow: a due hello
         first, then what callers queued (each run of plain sends to one target as one
         ``sends`` envelope), then a due heartbeat. A request too large for a frame is
         left out and answered ``request_too_large`` in the next events."""
-        envs = take_envelopes(self._outbox)
+        envs = take_envelopes(self._outbox) if self.state is State.CONNECTED else []
         if self._hello_due:
             self._hello_due = False
             hello = self._hello()
@@ -223,8 +241,23 @@ class ClientProtocol:
         and says hello again."""
         if now - self._last_sent >= HEARTBEAT_S:
             self._heartbeat_due = True
-        if now - self.last_heard > LIVENESS_S:
-            self._step(Input.SILENCE)
+        if now - self.last_heard > LIVENESS_S and not self.reading_paused:
+            self._step(Input.SILENCE, now)
+        if self._deferred and now >= self._deferred_at and self.state is State.CONNECTED:
+            owed = self._owed
+            self._outbox.extend(_resend(owed[msg_id], now) for msg_id in self._deferred
+                                if msg_id in owed)
+            self._deferred = []
+
+    def resume_reading(self, now: float) -> None:
+        """The driver reads again: the broker's silence counts from now."""
+        self.reading_paused = False
+        self.last_heard = max(self.last_heard, now)
+
+    def resync(self) -> None:
+        """Say hello again (socket side, on a welcome): the session's memberships
+        changed after the hello stated them."""
+        self._step(Input.RESYNC, self.last_heard)
 
     def next_events(self) -> list[Inbound | Welcome]:
         """What happened since the last call, oldest first; empty if nothing did."""
@@ -236,7 +269,7 @@ class ClientProtocol:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _step(self, event: Input) -> None:
+    def _step(self, event: Input, now: float) -> None:
         state = _NEXT.get((self.state, event))
         if state is None:
             return
@@ -244,7 +277,31 @@ class ClientProtocol:
         if state is State.GREETING:
             self._hello_due = True
         elif state is State.CONNECTED:
-            self._outbox.extend([owed.request for owed in list(self._owed.values())])
+            self._requeue(now)
+
+    def _requeue(self, now: float) -> None:
+        """On a welcome: owed requests sent before, then what waited meanwhile, less
+        what was given up on (see the theory of operation)."""
+        outbox, owed = self._outbox, self._owed
+        waited = []
+        try:
+            while True:
+                waited.append(outbox.popleft())
+        except IndexError:
+            pass
+        waiting_ids = {_request_id(item) for item in waited}
+        again = [entry.request for msg_id, entry in list(owed.items())
+                 if msg_id not in waiting_ids]
+        # A post has no id; a request is kept while still owed.
+        again.extend(item for item in waited
+                     if (msg_id := _request_id(item)) is None or msg_id in owed)
+        self._deferred = [msg_id for item in again if _is_ask(item)
+                          and (msg_id := _request_id(item)) is not None]
+        self._deferred_at = now + ASK_RESEND_DELAY_S
+        if self._deferred:
+            again = [item for item in again if not _is_ask(item)]
+        # Callers may have appended meanwhile: those go after, in their order.
+        outbox.extendleft(reversed(again))
 
     def _end_inbound(self) -> None:
         if self._msgs or self._events or self._answers:
@@ -261,9 +318,9 @@ class ClientProtocol:
             bound = env.get("backlogBytes")
             if bound.__class__ is int and bound > 0:
                 self._report_every = max(1, bound // 8)
-            self._step(Input.WELCOME if env.get("ok") else Input.REFUSAL)
+            self._step(Input.WELCOME if env.get("ok") else Input.REFUSAL, self.last_heard)
         elif env.get("code") == "not_connected":
-            self._step(Input.NOT_CONNECTED)
+            self._step(Input.NOT_CONNECTED, self.last_heard)
         elif re.__class__ is str:
             owed = self._owed.pop(re, None)
             if owed is not None:
@@ -308,6 +365,32 @@ class ClientProtocol:
                     if owed is not None:
                         self._answers.append((owed, error.reply()))
 
+
+def _request_id(item: dict | tuple) -> str | None:
+    """The id of a queued request; None for a post (an envelope owed no answer)."""
+    return item[1] if item.__class__ is tuple else item.get("id")
+
+
+def _is_ask(item: dict | tuple) -> bool:
+    """An ask or supervisor ask: the requests that carry their own ``timeout``."""
+    return item.__class__ is not tuple and "timeout" in item and "id" in item
+
+
+def _resend(owed: Owed, now: float) -> dict | tuple:
+    """What to send again for ``owed``: its request, an ask with the rest of its
+    own timeout (``owed.made_at``, when the driver set it, is when it was made), so
+    a reconnect never stretches the ask's deadline."""
+    request = owed.request
+    made_at = getattr(owed, "made_at", None)
+    if made_at is None or not _is_ask(request):
+        return request
+    left = request["timeout"] - (now - made_at)
+    return {**request, "timeout": max(left, _MIN_RESENT_TIMEOUT_S)}
+
+
+# An ask resent at its deadline still goes out with a valid timeout; its caller's own
+# deadline, a few seconds later, ends the wait in any case.
+_MIN_RESENT_TIMEOUT_S = 0.5
 
 # Broker kinds by what reading them does; ``hb`` (and anything unknown) only shows the
 # broker alive.

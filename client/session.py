@@ -27,7 +27,7 @@ from schemas.tools import intercom_params_problem
 
 from .history import IDENTITY, RECEIVED, SENT, History
 from .keys import CurveKeys, resolve as resolve_keys
-from .inbox import Waitable
+from .inbox import DEFAULT_LIMIT_BYTES, Inbox, InboxStatistics, Waitable
 from . import reach
 from .render import render_body
 from .transport import Transport
@@ -35,6 +35,9 @@ from .transport import Transport
 _ASK_MARGIN_S = 5.0
 _SENT_KINDS = frozenset({"call", "supervisor"})
 _SENT_ACTIONS = frozenset({"send", "ask", "reply"})
+# Calls whose ok answer carries the session's memberships after the change.
+_MEMBERSHIP_ACTIONS = frozenset({"join", "leave"})
+_MEMBERSHIP_OPS = frozenset({"register_run"})
 _log = logging.getLogger("intercom.client")
 _reported_config_problems: set[str] = set()
 
@@ -71,7 +74,8 @@ class Session:
                  transcript: str | None = None, notify_undeliverable: bool = True,
                  confirm: Callable[[dict], bool] | None = None, grant: str | None = None,
                  token: str | None = None, history: History | None = None,
-                 curve: CurveKeys | None = None) -> None:
+                 curve: CurveKeys | None = None,
+                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES) -> None:
         self.name = name
         self.endpoint = endpoint
         self.config = config
@@ -93,7 +97,8 @@ class Session:
         self.home_group: str | None = None
         self.groups: list[str] = []
         self.parent_id: str | None = None
-        self._inbox = Waitable()         # msg envelopes as they came (v and k still in)
+        # msg envelopes as they came (v and k still in); a take may let reading resume
+        self._inbox = Inbox(on_take=lambda: self._transport.room_made())
         self._events = Waitable()
         # Pipelined sends get cheap ids: a random prefix of this session (96 bits from
         # urandom) and a counter, so they are unique without a UUID each. They are
@@ -104,10 +109,11 @@ class Session:
         self._asks_waiting = 0
         self._supervisor_waiting = False
         self._welcome: Future = Future()
+        self._acked_since_hello = False  # a membership change answered since the last hello
         self._closed = False
         self._lock = threading.Lock()
         self._transport = Transport(endpoint, self._on_inbound, self._hello, self._on_welcome,
-                                    curve)
+                                    curve, lambda: self._inbox.size, inbox_limit_bytes)
 
     # -- connection ------------------------------------------------------------------
 
@@ -124,8 +130,10 @@ class Session:
         if self.id is not None:
             fields.update(sessionId=self.id, token=self.token)
         if self.home_group is not None:
-            # A reconnect keeps the startup identity and the memberships as they were.
+            # A reconnect keeps the startup identity and the memberships as this side
+            # knows them: the broker adopts them, undoing any change never acknowledged.
             fields.update(homeGroup=self.home_group, groups=list(self.groups))
+        self._acked_since_hello = False
         return envelope("hello", **{k: v for k, v in fields.items() if v is not None})
 
     def _on_welcome(self, result: dict) -> None:
@@ -138,8 +146,13 @@ class Session:
                 self._history.record(IDENTITY, sessionId=self.id, reclaimSecret=self.token,
                                      name=self.name, atomicSessionId=self._atomic,
                                      brokerId=result.get("brokerId"))
+            if self._acked_since_hello and self.home_group is not None:
+                # The broker applied a change before this hello and answered it after
+                # the hello was built: the welcome undid it. State the groups again.
+                self._transport.resync()
+            else:
+                self.groups = list(result["groups"])
             self.home_group = result["homeGroup"]
-            self.groups = list(result["groups"])
             self.parent_id = result.get("parent")
         if not self._welcome.done():
             self._welcome.set_result(result)
@@ -269,20 +282,28 @@ class Session:
     def _call(self, kind: str, fields: dict, timeout: float = CALL_TIMEOUT_S) -> dict[str, Any]:
         if self._closed:
             return error_reply("session_closed")
-        result = self._transport.call(envelope(kind, id=new_message_id(), **fields), timeout)
+        changes_groups = (fields.get("action") in _MEMBERSHIP_ACTIONS
+                          or fields.get("op") in _MEMBERSHIP_OPS)
+        result = self._transport.call(envelope(kind, id=new_message_id(), **fields), timeout,
+                                      self._membership_answered if changes_groups else None)
         if result is None:
+            if self._transport.reading_paused:
+                return self._inbox_full()
             return error_reply("broker_unavailable", timeout_s=timeout)
-        if result.get("ok") and isinstance(result.get("groups"), list) and (
-                fields.get("action") in ("join", "leave") or fields.get("op") == "register_run"):
-            # Acknowledged membership changes are what a reconnect restores; rejected
-            # or unanswered ones leave the remembered set as it was.
-            self.groups = list(result["groups"])
         if kind in _SENT_KINDS and fields.get("action", "ask") in _SENT_ACTIONS and result.get("ok"):
             self._history.record(SENT, action="contact_supervisor" if kind == "supervisor"
                                  else fields["action"], to=fields.get("to"),
                                  message=fields.get("message"), replyTo=fields.get("replyTo"),
                                  result=result)
         return result
+
+    def _membership_answered(self, result: dict) -> None:
+        # On the thread that read the answer, before the frames after it: only
+        # acknowledged changes move the client's view (what the next hello states);
+        # one refused, or given up on (see Transport.call), leaves it as it was.
+        if result.get("ok") and isinstance(result.get("groups"), list):
+            self.groups = list(result["groups"])
+            self._acked_since_hello = True
 
     def send_nowait(self, to: str, message: str, attachments: list | None = None) -> Future:
         """Pipelined send: returns at once; the future gets the result dict.
@@ -304,6 +325,17 @@ class Session:
         return self._transport.request(env)
 
     # -- inbound ----------------------------------------------------------------------
+
+    def inbox_statistics(self) -> InboxStatistics:
+        """What waits for :meth:`receive` now, and whether reading is paused for it."""
+        inbox = self._inbox
+        return InboxStatistics(len(inbox.items), inbox.size, self._transport.inbox_limit_bytes,
+                               self._transport.reading_paused, inbox.duplicates_dropped)
+
+    def _inbox_full(self) -> dict[str, Any]:
+        stats = self.inbox_statistics()
+        return error_reply("inbox_full", count=stats.messages, size=stats.size,
+                           limit=stats.limit_bytes)
 
     def receive(self, timeout: float | None = None) -> dict | None:
         """The next inbound message (it becomes the current turn), or None on timeout."""
@@ -401,7 +433,8 @@ class Client:
                 history: Callable[[dict], None] | None = None,
                 history_file: str | os.PathLike | None = None,
                 curve_server_key: str | None = None, curve_public_key: str | None = None,
-                curve_secret_key: str | None = None) -> Session:
+                curve_secret_key: str | None = None,
+                inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES) -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``session_id`` asks for a previous id back (granted when no live session holds
@@ -416,7 +449,9 @@ class Client:
         says ``reclaimed`` and, if not, ``reason``). ``history`` (a callable) and
         ``history_file`` (JSON lines) receive the history entries (see
         :mod:`client.history`). ``curve_*`` (z85 text, or the ``INTERCOM_CURVE_*``
-        environment) turn on CURVE. Raises ConnectError when the broker refuses
+        environment) turn on CURVE. ``inbox_limit_bytes`` bounds what waits for
+        ``receive()`` (see :meth:`Session.inbox_statistics`; 0: no bound): past it the
+        session stops reading from the broker until messages are taken. Raises ConnectError when the broker refuses
         (``.code``: ``grant_required``, ``invalid_grant``, ``auth_failed``, ...) or does
         not answer, and ValueError for a bad ``kind`` or incomplete CURVE keys.
         """
@@ -436,15 +471,20 @@ class Client:
             atomic_session_id = atomic_session_id or identity.get("atomicSessionId")
         curve = resolve_keys(curve_server_key, curve_public_key, curve_secret_key)
         endpoint = endpoint or router_endpoint()
-        nobody = reach.problem(endpoint)
+        unusable = reach.problem(endpoint)
+        if unusable is not None:
+            raise ConnectError(*unusable)
+        nobody = reach.nobody_listens(endpoint, min(reach.GRACE_S, timeout))
         if nobody is not None:
-            raise ConnectError(*nobody)
+            raise ConnectError("no_broker", error_text("no_broker", endpoint=endpoint,
+                                                       detail=nobody))
         session = Session(name=name, endpoint=endpoint, group=group,
                           agent=agent, atomic_session_id=atomic_session_id, kind=kind,
                           parent=parent, config=config, session_id=session_id, stage=stage,
                           transcript=transcript, notify_undeliverable=notify_undeliverable,
                           confirm=confirm, grant=grant, token=token,
-                          history=History(history, history_file), curve=curve)
+                          history=History(history, history_file), curve=curve,
+                          inbox_limit_bytes=inbox_limit_bytes)
         session._wait_welcome(timeout)
         return session
 

@@ -25,6 +25,14 @@ Invariants:
 * ``on_inbound`` and ``on_welcome`` run on the servicing thread and must not block.
   Messages are handed on before the answers that came with or after them resolve;
   the answers of one read resolve under one acquisition of ``_cond``.
+* Bounded inbox: a holder reads a frame only while the session's inbox is under
+  ``inbox_limit_bytes``, or while a :meth:`Transport.call` waits, under that plus a
+  reserve (:func:`_reserve`: its answer may sit behind messages, a frame of them).
+  Otherwise reading pauses: unread frames stay in ZeroMQ's queue (``RCVHWM``) and
+  the kernel's buffers, which push back on the broker. While paused the broker's
+  silence proves nothing (no reconnect); a call still waiting at its timeout is
+  answered ``inbox_full``; whoever takes from the inbox calls :meth:`room_made`,
+  which wakes the IO thread to read again once there is room.
 * Close: the IO thread flushes what is queued and closes the socket, then every owed
   request fails with ``session_closed``.
 """
@@ -40,9 +48,11 @@ from typing import Callable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from schemas.limits import MAX_INBOUND_FRAME_BYTES
+
 from .protocol import TIMER_INTERVAL_S, ClientProtocol, Inbound
 from .keys import CurveKeys
-from .replies import PENDING, Reply, resolve
+from .replies import FINISHED, PENDING, Reply, resolve
 from .waker import Waker
 
 _EPOLL = hasattr(select, "epoll")
@@ -55,17 +65,32 @@ _TAKE_OVER_WAIT_S = 0.005
 # Pipelined sends queued, while the IO thread is due to send them, before the
 # sending thread lets it run.
 _YIELD_EVERY = 256
+# Frames ZeroMQ queues unread: enough to keep a fast reader busy (a frame carries up
+# to 50 messages), few enough that a paused reader does not hold a backlog itself
+# (a frame may be up to MAX_INBOUND_FRAME_BYTES): the broker holds it instead.
+_RCVHWM = 32
+
+
+def _reserve(limit: int) -> int:
+    """How far past ``limit`` reading goes while a call waits for its answer: the
+    limit again, and at least one whole frame from the broker."""
+    return max(limit, MAX_INBOUND_FRAME_BYTES)
 
 
 class Transport:
     """Owns the DEALER socket; thread-safe public methods. ``hello()`` builds a hello;
     ``on_inbound(msgs, events)`` gets the ``msg`` and ``event`` envelopes of each read,
-    ``on_welcome(result)`` each answer to a hello."""
+    ``on_welcome(result)`` each answer to a hello. ``inbox_size()`` is what the
+    session's inbox holds, bounded by ``inbox_limit_bytes`` (0: no bound)."""
 
     def __init__(self, endpoint: str, on_inbound: Callable[[list, list], None],
                  hello: Callable[[], dict], on_welcome: Callable[[dict], None],
-                 curve: CurveKeys | None = None) -> None:
+                 curve: CurveKeys | None = None, inbox_size: Callable[[], int] | None = None,
+                 inbox_limit_bytes: int = 0) -> None:
         self.endpoint = endpoint
+        self._inbox_size = inbox_size
+        self.inbox_limit_bytes = inbox_limit_bytes if inbox_size is not None else 0
+        self._calls_waiting = 0           # callers in call(): reading may use the reserve
         self._on_inbound = on_inbound
         self._on_welcome = on_welcome
         self._protocol = protocol = ClientProtocol(hello)
@@ -80,7 +105,8 @@ class Transport:
         self._waker = Waker()
         self._sock = sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.linger = 1000
-        sock.sndhwm = sock.rcvhwm = 100_000
+        sock.sndhwm = 100_000
+        sock.rcvhwm = _RCVHWM
         sock.reconnect_ivl = 100
         sock.reconnect_ivl_max = 1000
         self.auth_monitor: zmq.Socket | None = None
@@ -108,6 +134,16 @@ class Transport:
     def connected(self) -> bool:
         return self._protocol.connected
 
+    @property
+    def reading_paused(self) -> bool:
+        return self._protocol.reading_paused
+
+    def room_made(self) -> None:
+        """Something was taken from the inbox (any thread): resume reading if paused
+        and there is room now."""
+        if self._protocol.reading_paused and self._may_read() and not self._waker.pending:
+            self._waker.wake()
+
     def silent_since(self) -> float | None:
         """Wall-clock time the broker was last heard from (None: never)."""
         heard = self._protocol.last_heard
@@ -125,26 +161,38 @@ class Transport:
         broker's answer for this id."""
         return self._enqueue(msg_id, (to, msg_id, message))
 
-    def call(self, env: dict, timeout: float) -> dict | None:
+    def call(self, env: dict, timeout: float,
+             on_answer: Callable[[dict], None] | None = None) -> dict | None:
         """Send a request and wait for its result; None after ``timeout`` seconds.
 
         When the socket is free, this thread sends and services it itself until the
         answer is in, instead of handing the request to the IO thread and waiting
-        to be woken.
+        to be woken. ``on_answer(result)``, if given, runs on the thread that reads
+        the answer, before anything read after it is acted on; never for a request
+        given up on, as this call then returns None.
         """
-        deadline = time.monotonic() + timeout
+        made_at = time.monotonic()
+        deadline = made_at + timeout
         reply = Reply(self._cond, env)
+        reply.made_at = made_at           # an ask resent after a reconnect keeps its deadline
+        if on_answer is not None:
+            reply.add_done_callback(lambda done: on_answer(done._result))
         refusal = self._request(env["id"], reply)
-        if refusal is not None:
-            resolve(self._cond, [(reply, refusal)])
-        elif not self.serve_until(lambda: reply._state is not PENDING, deadline):
-            if not self._waker.pending:
-                self._waker.wake()
+        self._calls_waiting += 1          # GIL-atomic enough: a hint for _may_read
         try:
+            if refusal is not None:
+                resolve(self._cond, [(reply, refusal)])
+            elif not self.serve_until(lambda: reply._state is not PENDING, deadline):
+                if not self._waker.pending:
+                    self._waker.wake()
             return reply.result(max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             self._protocol.forget(env["id"])
+            if reply._state is FINISHED:
+                return reply._result      # answered as it timed out: it counts
             return None
+        finally:
+            self._calls_waiting -= 1
 
     def serve_until(self, done: Callable[[], bool], deadline: float | None) -> bool:
         """Service the socket on this thread until ``done()``, the monotonic
@@ -171,6 +219,10 @@ class Transport:
         self._protocol.post(env)
         if not self._waker.pending:
             self._waker.wake()
+
+    def resync(self) -> None:
+        """From ``on_welcome`` only: say hello again (see ClientProtocol.resync)."""
+        self._protocol.resync()
 
     def auth_refused(self, wait_s: float) -> str | None:
         """Within ``wait_s``, why the broker refused our CURVE handshake, if it did.
@@ -264,11 +316,29 @@ class Transport:
                 send(frame)               # queue full: wait for room rather than lose a request
         self._deliver()                   # requests refused as too large, if any
 
+    def _may_read(self) -> bool:
+        limit = self.inbox_limit_bytes
+        if not limit:
+            return True
+        size = self._inbox_size()
+        return size < limit or (self._calls_waiting > 0 and size < limit + _reserve(limit))
+
     def _drain(self) -> None:
         recv, getsockopt = self._sock.recv, self._sock.getsockopt
-        receive_frame, monotonic = self._protocol.receive_frame, time.monotonic
+        protocol = self._protocol
+        receive_frame, monotonic = protocol.receive_frame, time.monotonic
+        bounded = self.inbox_limit_bytes > 0
         try:
+            # EVENTS is read even when paused: it consumes ZMQ_FD's signal, which
+            # would otherwise keep the IO thread's poll waking.
             while getsockopt(_EVENTS) & _POLLIN:
+                if bounded:
+                    self._deliver()       # the inbox counts what was read so far
+                    if not self._may_read():
+                        protocol.reading_paused = True
+                        break
+                    if protocol.reading_paused:
+                        protocol.resume_reading(monotonic())
                 try:
                     frame = recv(_NOBLOCK)
                 except zmq.Again:

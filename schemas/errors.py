@@ -111,6 +111,10 @@ _TABLE = [
     ErrorSpec("ask_timeout", "peer", "No reply within {timeout_s:g} s"),
     ErrorSpec("peer_disconnected", "peer", "{name} disconnected before replying"),
     ErrorSpec("broker_unavailable", "peer", "Broker did not answer within {timeout_s:g} s"),
+    ErrorSpec("no_broker", "peer", "No broker is listening at {endpoint} ({detail}); start one "
+              "with `python -m broker` (with --endpoint {endpoint} if that is not its default)"),
+    ErrorSpec("inbox_full", "peer", "The inbox holds {count} messages ({size} bytes, limit "
+              "{limit}): reading from the broker is paused; take messages with receive()"),
     ErrorSpec("session_closed", "peer", "The session is closed"),
     ErrorSpec("internal_error", "peer", "Internal broker error; the request was not applied"),
 ]

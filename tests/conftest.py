@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +43,25 @@ class BrokerProcess:
         self.stop(signal.SIGKILL)
 
 
-def start_broker(data_dir: Path, *extra: str, env: dict | None = None) -> BrokerProcess:
-    """Start ``python -m broker`` on ipc sockets inside ``data_dir``."""
+def wait_listening(endpoint: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    """Return once something accepts connections at ``endpoint`` (the broker bound its
+    socket), or the process has exited (tests of refused starts read its exit code)."""
+    from client.reach import nobody_listens
+
+    deadline = time.monotonic() + timeout
+    while nobody_listens(endpoint, grace_s=0.0) is not None:
+        if proc.poll() is not None:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no broker bound {endpoint} within {timeout:g} s")
+        time.sleep(0.02)          # polling for the socket to appear, not a settle
+
+
+def start_broker(data_dir: Path, *extra: str, env: dict | None = None,
+                 wait: bool = True) -> BrokerProcess:
+    """Start ``python -m broker`` on ipc sockets inside ``data_dir``; with ``wait``,
+    return once its ROUTER socket accepts connections (or it exited): a client that
+    finds no socket fails at once rather than waiting for a broker to appear."""
     endpoint = f"ipc://{data_dir}/broker.sock"
     pub = f"ipc://{data_dir}/presence.sock"
     log = data_dir / f"broker-{len(list(data_dir.glob('broker-*.log')))}.log"
@@ -54,6 +72,8 @@ def start_broker(data_dir: Path, *extra: str, env: dict | None = None) -> Broker
             [sys.executable, "-m", "broker", "--data-dir", str(data_dir), "--endpoint", endpoint,
              "--pub-endpoint", pub, *extra],
             cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
+    if wait:
+        wait_listening(endpoint, proc)
     return BrokerProcess(proc, data_dir, endpoint, pub, data_dir / "intercom.db", log)
 
 

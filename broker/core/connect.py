@@ -32,6 +32,7 @@ from . import asking, backlog
 from .authority import check_claimed
 from .commands import Send
 from .grants import check_child
+from .membership import change_groups
 from .presence import membership_changed, status_changed
 from .records import IdentitySaved
 from .sessions import Session
@@ -52,6 +53,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     if current is not None:
         if env.get("sessionId") == current.id and _token_ok(current, env.get("token")):
             backlog.restart(current)
+            _adopt_claimed(state, current, env)
             state.answer(current, re, welcome(state, current))
             return
         raise BusError("already_connected")
@@ -64,7 +66,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
 
     live = state.registry.by_id.get(env.get("sessionId") or "")
     if live is not None and _token_ok(live, env.get("token")):
-        _reattach(state, live, identity, re, now)
+        _reattach(state, live, identity, env, re, now)
         return
 
     _check_room(state)
@@ -170,11 +172,13 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
     unbind(state, session)
 
 
-def _reattach(state: State, session: Session, identity: bytes, re: str, now: float) -> None:
+def _reattach(state: State, session: Session, identity: bytes, env: dict, re: str,
+              now: float) -> None:
     """The same client came back on a new connection: keep everything, move the route."""
     state.registry.rebind(session, identity, state.peer)
     backlog.restart(session)
     session.last_seen_at = now
+    _adopt_claimed(state, session, env)
     state.stats["sessions.reattached"] += 1
     state.answer(session, re, welcome(state, session))
 
@@ -195,16 +199,34 @@ def _fit_groups(state: State, home: str, groups: list[str]) -> tuple[list[str], 
     """The memberships a (re)connecting session gets, and those past the bound.
 
     A reconnect must never be locked out by state the broker accepted before (or by a
-    bound lowered since): the home group and the first groups that fit are kept, the
-    rest are named in the welcome's ``droppedGroups``.
+    bound lowered since): the home group (when claimed) and the first groups that fit
+    are kept, the rest are named in the welcome's ``droppedGroups``.
     """
     groups = list(dict.fromkeys(groups))
     limit = state.limits.max_groups
     if len(groups) <= limit:
         return groups, []
-    kept = [home] + [g for g in groups if g != home][:limit - 1]
+    first = [home] if home in groups else []
+    kept = first + [g for g in groups if g != home][:limit - len(first)]
     chosen = set(kept)
     return kept, [g for g in groups if g not in chosen]
+
+
+def _adopt_claimed(state: State, session: Session, env: dict) -> None:
+    """A returning client states its memberships as it knows them; take them, so a
+    change it was never told succeeded (answer lost, or given up on) is undone. A
+    claim this session could not make at connect leaves its memberships as they are
+    (the welcome tells the client which)."""
+    claimed = env.get("groups")
+    if not claimed:
+        return
+    try:
+        groups, _ = _fit_groups(state, session.home_group, [clean_group(g) for g in claimed])
+        check_claimed(groups, session.home_group, session.stage is not None)
+    except BusError:
+        return
+    if groups != list(session.groups):
+        change_groups(state, session, groups)
 
 
 def _remember(state: State, session: Session) -> None:

@@ -1,5 +1,9 @@
 """Client behaviours set by config or connect options, through the public surface."""
 
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -7,7 +11,7 @@ import pytest
 
 from client import Client, ConnectError
 from schemas.config import Config
-from tests.conftest import start_broker
+from tests.conftest import ROOT, start_broker
 
 
 def open_session(broker, name, **kwargs):
@@ -86,10 +90,57 @@ def test_client_enforces_configured_max_pending_asks(broker):
         assert codes == ["ask_timeout", "ask_timeout", "too_many_asks"]
 
 
-def test_connect_to_a_missing_broker_raises_connect_error(short_tmp):
+def test_connect_with_no_ipc_socket_fails_within_about_a_second_naming_the_fix(short_tmp):
+    endpoint = f"ipc://{short_tmp}/none.sock"
+    started = time.monotonic()
     with pytest.raises(ConnectError) as error:
-        Client.connect(name="lonely", endpoint=f"ipc://{short_tmp}/none.sock", timeout=0.5)
-    assert error.value.code == "broker_unavailable"
+        Client.connect(name="lonely", endpoint=endpoint, timeout=15)
+    assert time.monotonic() - started < 2.0
+    assert error.value.code == "no_broker"
+    assert endpoint in str(error.value) and "python -m broker" in str(error.value)
+
+
+def test_connect_to_a_stale_ipc_socket_file_fails_fast(short_tmp):
+    stale = short_tmp / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as left_behind:   # bound, never listening: as after kill -9
+        left_behind.bind(str(stale))
+        started = time.monotonic()
+        with pytest.raises(ConnectError) as error:
+            Client.connect(name="lonely", endpoint=f"ipc://{stale}", timeout=15)
+    assert time.monotonic() - started < 2.0 and error.value.code == "no_broker"
+
+
+def test_connect_to_a_refusing_tcp_port_fails_fast():
+    with socket.socket() as holder:            # a port nobody listens on
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(ConnectError) as error:
+            Client.connect(name="lonely", endpoint=f"tcp://127.0.0.1:{port}", timeout=15)
+    assert time.monotonic() - started < 2.0 and error.value.code == "no_broker"
+    assert "python -m broker" in str(error.value)
+
+
+def test_a_broker_that_listens_but_never_answers_gets_the_full_wait(short_tmp):
+    with socket.socket(socket.AF_UNIX) as mute:
+        mute.bind(str(short_tmp / "mute.sock"))
+        mute.listen()
+        started = time.monotonic()
+        with pytest.raises(ConnectError) as error:
+            Client.connect(name="lonely", endpoint=f"ipc://{short_tmp}/mute.sock", timeout=1.5)
+    assert error.value.code == "broker_unavailable" and time.monotonic() - started >= 1.5
+
+
+def test_the_cli_with_no_broker_prints_one_line_fast_and_exits_non_zero(short_tmp):
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "client", "--endpoint",
+                           f"ipc://{short_tmp}/none.sock", "status"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(short_tmp)))
+    elapsed = time.monotonic() - started
+    assert done.returncode != 0 and elapsed < 5.0      # interpreter start included
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert len(lines) == 1 and "no_broker" in lines[0] and "python -m broker" in lines[0]
 
 
 def test_a_send_with_reply_to_answers_the_waiting_ask(broker):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import client.protocol
-from client.protocol import ClientProtocol, Inbound, State, Welcome
+from client.protocol import ASK_RESEND_DELAY_S, ClientProtocol, Inbound, State, Welcome
 from schemas.limits import HEARTBEAT_S, LIVENESS_S, MAX_FRAME_BYTES
 from schemas.protocol import envelope, pack, unpack_frame
 
@@ -175,6 +175,72 @@ def test_not_connected_triggers_one_hello_and_the_request_is_resent_after_the_we
     assert peer.answers() == []
     peer.welcome(hello)
     assert peer.sent() == [first.request, second.request]
+
+
+def test_a_request_made_while_disconnected_waits_for_the_welcome():
+    peer = connected_peer()
+    peer.jump(LIVENESS_S + 0.1)
+    peer.sent()                                   # the hello, and a heartbeat
+    peer.call("j1")
+    peer.protocol.post(envelope("received", ids=["m0"]))
+    assert peer.sent() == []
+    peer.jump(HEARTBEAT_S)
+    assert [env["k"] for env in peer.sent()] == ["hb"]
+
+
+def test_a_request_given_up_on_while_disconnected_is_never_sent():
+    peer = connected_peer()
+    before = peer.call("c0")
+    peer.sent()
+    peer.jump(LIVENESS_S + 0.1)
+    (hello, _) = peer.sent()
+    peer.call("j1")
+    peer.protocol.forget("j1")                    # its caller was told broker_unavailable
+    kept = peer.call("c2")
+    peer.protocol.post(envelope("received", ids=["m0"]))
+    peer.welcome(hello)
+    assert peer.sent() == [before.request, kept.request, envelope("received", ids=["m0"])]
+
+
+def test_silence_while_reading_is_paused_is_not_a_lost_broker():
+    peer = connected_peer()
+    peer.protocol.reading_paused = True
+    peer.jump(LIVENESS_S * 3)
+    assert peer.protocol.connected
+    peer.protocol.resume_reading(peer.now)
+    peer.jump(LIVENESS_S - 0.1)
+    assert peer.protocol.connected
+    peer.jump(0.2)
+    assert peer.protocol.state is State.GREETING
+
+
+def test_an_ask_is_resent_after_a_delay_with_what_is_left_of_its_timeout():
+    peer = connected_peer()
+    ask = Owed(envelope("call", id="a1", action="ask", to="bob", message="q", timeout=40.0))
+    ask.made_at = peer.now
+    assert peer.protocol.request("a1", ask) is None
+    listing = peer.call("c2")
+    peer.sent()
+    peer.jump(LIVENESS_S + 0.1)
+    (hello, _) = peer.sent()
+    peer.now += 6.0
+    peer.welcome(hello)
+    assert peer.sent() == [listing.request]
+    peer.jump(ASK_RESEND_DELAY_S)
+    (again,) = [env for env in peer.sent() if env["k"] != "hb"]
+    left = 40.0 - (LIVENESS_S + 0.1 + 6.0 + ASK_RESEND_DELAY_S)
+    assert again == {**ask.request, "timeout": again["timeout"]}
+    assert abs(again["timeout"] - left) < 1e-9
+
+
+def test_a_resync_says_hello_again_and_holds_requests_until_its_welcome():
+    peer = connected_peer()
+    peer.protocol.resync()
+    owed = peer.call("c1")
+    (hello,) = peer.sent()
+    assert hello["k"] == "hello"
+    peer.welcome(hello)
+    assert peer.sent() == [owed.request]
 
 
 def test_heartbeat_is_sent_when_nothing_was_sent_for_heartbeat_s():

@@ -290,3 +290,34 @@ def test_identity_memory_is_bounded(monkeypatch):
     for n in range(5):
         bus.hello(f"s{n}")
     assert list(bus.engine.state.identities) == [uuid_from(0xA0000003), uuid_from(0xA0000004), uuid_from(0xA0000005)]
+
+
+def test_a_reconnect_adopts_the_memberships_the_client_states():
+    # The join was applied, but its answer never reached the client (it gave up):
+    # the client's hello states the groups it knows, and the broker takes them.
+    bus = Bus()
+    welcome = bus.hello("alice")
+    bus.call(b"alice", "join", group="ops")
+    again = bus.hello("alice", identity=b"alice-2", sessionId=welcome["sessionId"],
+                      token=welcome["token"], homeGroup="default", groups=["default"])
+    assert again["groups"] == ["default"]
+    assert bus.call(b"alice-2", "groups")["memberships"] == ["default"]
+
+
+def test_a_hello_again_on_the_same_connection_adopts_the_stated_memberships():
+    bus = Bus()
+    welcome = bus.hello("alice")
+    bus.call(b"alice", "join", group="ops")
+    again = bus.hello("alice", sessionId=welcome["sessionId"], token=welcome["token"],
+                      homeGroup="default", groups=["default"])
+    assert again["groups"] == ["default"]
+
+
+def test_a_reconnect_claiming_memberships_it_may_not_hold_keeps_the_brokers():
+    bus = Bus()
+    welcome = bus.hello("alice")
+    bus.call(b"alice", "join", group="ops")
+    again = bus.hello("alice", identity=b"alice-2", sessionId=welcome["sessionId"],
+                      token=welcome["token"], homeGroup="default",
+                      groups=["default", "workflow:r1/plan"])
+    assert again["ok"] and again["groups"] == ["default", "ops"]
