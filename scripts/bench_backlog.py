@@ -19,20 +19,16 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from client import Client  # noqa: E402
 from benchkit.procs import proc_stats  # noqa: E402
+from benchkit.tmp_broker import TmpBroker  # noqa: E402
 
-PEER = ROOT / "tests" / "integration" / "peer_process.py"
 TEN_KB = "x" * 10_000
 UNBOUNDED = str(64 << 30)
 
@@ -42,34 +38,18 @@ def rss_mib(pid: int) -> float:
 
 
 def run_case(consumers: int, seconds: float, *extra: str) -> dict:
-    data = Path(tempfile.mkdtemp(prefix="ic-bl-", dir="/tmp"))
-    endpoint, pub = f"ipc://{data}/broker.sock", f"ipc://{data}/presence.sock"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(data))
-    broker = subprocess.Popen([sys.executable, "-m", "broker", "--data-dir", str(data),
-                               "--endpoint", endpoint, "--pub-endpoint", pub, *extra],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peers: list[subprocess.Popen] = []
+    broker = TmpBroker.start(*extra)
     try:
-        deadline = time.monotonic() + 15
-        while not (data / "broker.sock").exists():
-            if time.monotonic() > deadline or broker.poll() is not None:
-                raise SystemExit("broker did not start")
-            time.sleep(0.02)
-        producer = Client.connect("producer", endpoint=endpoint, timeout=15)
-        ids = []
-        for n in range(consumers):
-            peer = subprocess.Popen([sys.executable, str(PEER), endpoint, f"frozen{n}", "silent"],
-                                    env=env, stdout=subprocess.PIPE, text=True)
-            peers.append(peer)
-            ids.append(peer.stdout.readline().strip())
-        idle = rss_mib(broker.pid)
-        for peer in peers:
+        producer = Client.connect("producer", endpoint=broker.endpoint, timeout=15)
+        ids = [broker.peer(f"frozen{n}")[1] for n in range(consumers)]
+        idle = rss_mib(broker.popen.pid)
+        for peer in broker.peers:
             os.kill(peer.pid, signal.SIGSTOP)
         peak, stop = [idle], threading.Event()
 
         def sample() -> None:
             while not stop.is_set():
-                peak[0] = max(peak[0], rss_mib(broker.pid))
+                peak[0] = max(peak[0], rss_mib(broker.popen.pid))
                 time.sleep(0.02)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -94,18 +74,7 @@ def run_case(consumers: int, seconds: float, *extra: str) -> dict:
         return {"idle": idle, "peak": peak[0], "delivered": delivered, "refused": refused,
                 "other": other}
     finally:
-        for peer in peers:
-            try:
-                os.kill(peer.pid, signal.SIGCONT)
-                peer.kill()
-            except ProcessLookupError:
-                pass
-            peer.wait(10)
-        broker.send_signal(signal.SIGTERM)
-        try:
-            broker.wait(10)
-        except subprocess.TimeoutExpired:
-            broker.kill()
+        broker.stop()
 
 
 def main() -> int:

@@ -16,48 +16,28 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from client import Client, ConnectError  # noqa: E402
+sys.path.insert(0, str(ROOT / "scripts"))
+from benchkit.tmp_broker import TmpBroker  # noqa: E402
 
 FLAGS = {"--max-sessions": 3, "--max-sessions-per-connection": 2, "--max-backlog-bytes": 65536,
          "--max-runs-per-session": 1, "--max-run-entries": 3, "--max-run-bytes": 30000,
          "--max-sticky-bytes": 50000, "--max-groups": 3}
-PEER = ROOT / "tests" / "integration" / "peer_process.py"
 
 
 def main() -> int:
-    data = Path(tempfile.mkdtemp(prefix="ic-lim-", dir="/tmp"))
-    endpoint = f"ipc://{data}/broker.sock"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(data))
-    argv = [sys.executable, "-m", "broker", "--data-dir", str(data), "--endpoint", endpoint,
-            "--pub-endpoint", f"ipc://{data}/presence.sock"]
-    for flag, value in FLAGS.items():
-        argv += [flag, str(value)]
-    broker = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
-    peers: list[subprocess.Popen] = []
+    extra = [str(part) for flag, value in FLAGS.items() for part in (flag, value)]
+    broker = TmpBroker.start(*extra)
+    endpoint, env = broker.endpoint, broker.env
     rows: list[tuple[str, str, str, str]] = []
     try:
-        deadline = time.monotonic() + 15
-        while not (data / "broker.sock").exists():
-            if time.monotonic() > deadline or broker.poll() is not None:
-                raise SystemExit("broker did not start")
-            time.sleep(0.02)
-
         def connect(name: str, **kw):
             return Client.connect(name, endpoint=endpoint, timeout=15, **kw)
-
-        def peer(name: str, mode: str = "silent") -> tuple[subprocess.Popen, str]:
-            proc = subprocess.Popen([sys.executable, str(PEER), endpoint, name, mode], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            peers.append(proc)
-            line = proc.stdout.readline().strip()
-            return proc, line or proc.stderr.read().strip().splitlines()[-1]
 
         def refused(flag: str, call: str, answer) -> None:
             if isinstance(answer, ConnectError):
@@ -71,7 +51,7 @@ def main() -> int:
             connect("third")
         except ConnectError as exc:
             refused("--max-sessions-per-connection", "3rd connect from one process", exc)
-        _, frozen_id = peer("frozen")           # 3 sessions now, from two processes
+        frozen, frozen_id = broker.peer("frozen")           # 3 sessions now, from two processes
         code = ("from client import Client, ConnectError\n"
                 "try:\n    Client.connect('fourth', endpoint=%r, timeout=15)\n"
                 "except ConnectError as exc:\n    print(exc.code, exc, sep='\\t')\n" % endpoint)
@@ -101,7 +81,6 @@ def main() -> int:
         refused("--max-run-entries", "queue a 4th entry in one run",
                 host.intercom(action="send", to="workflow:run-a/later9", message="entry 9"))
 
-        frozen = peers[0]
         os.kill(frozen.pid, signal.SIGSTOP)
         answer = {"ok": True}
         for _ in range(100):
@@ -112,15 +91,7 @@ def main() -> int:
         os.kill(frozen.pid, signal.SIGCONT)
         host.close(), other.close()
     finally:
-        for proc in peers:
-            try:
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.kill()
-            except ProcessLookupError:
-                pass
-            proc.wait(10)
-        broker.send_signal(signal.SIGTERM)
-        broker.wait(10)
+        broker.stop()
     expected = {"--max-sessions": "too_many_sessions", "--max-sessions-per-connection": "too_many_sessions",
                 "--max-groups": "too_many_groups", "--max-runs-per-session": "too_many_runs",
                 "--max-run-entries": "run_full", "--max-run-bytes": "run_full",
