@@ -107,18 +107,20 @@ class InboxStatistics:
 class Inbox(Waitable):
     """The message FIFO: counted (``size``) and deduplicated by message id.
 
-    ``on_take`` runs after each take, on the taking thread (the transport resumes
-    reading there if it paused). Filled by one thread at a time (the one servicing
-    the socket); taken from by any.
+    Filled by one thread at a time (the one servicing the socket), which also drops
+    copies (an id put before, whether still held or handed out); taken from by any
+    thread. ``on_take`` runs after each take, on the taking thread (the transport
+    resumes reading there if it paused).
     """
 
     def __init__(self, on_take: Callable[[], None] | None = None) -> None:
         super().__init__()
-        self._added = 0                   # written by the filling thread only
+        self._added = 0                   # filling side only
         self._removed = 0                 # under _count_lock: takers race
         self._count_lock = threading.Lock()
         self._on_take = on_take
-        self._handed_out: dict[str, None] = {}   # insertion-ordered: oldest first
+        self._young: set[str] = set()     # ids put lately (see _fresh)
+        self._old: set[str] = set()
         self.duplicates_dropped = 0
 
     @property
@@ -126,36 +128,38 @@ class Inbox(Waitable):
         return self._added - self._removed
 
     def put_all(self, items: list[dict]) -> None:
+        young, old = self._young, self._old
+        if any(msg.get("id") in young or msg.get("id") in old for msg in items):
+            items = [msg for msg in items if self._fresh(msg.get("id"))]
+        else:
+            self._remember([msg.get("id") for msg in items])
         self._added += sum(map(message_size, items))
         super().put_all(items)
 
     def take(self, timeout: float | None,
              serve: Callable[[Callable[[], int], float | None], bool] | None = None) -> dict | None:
-        """The oldest message not handed out before, waiting up to ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            msg = super().take(timeout, serve)
-            if msg is None:
-                return None
+        """The oldest message, waiting up to ``timeout``."""
+        msg = Waitable.take(self, timeout, serve)
+        if msg is not None:
+            size = message_size(msg)
             with self._count_lock:
-                self._removed += message_size(msg)
-                fresh = self._remember(msg.get("id"))
+                self._removed += size
             if self._on_take is not None:
                 self._on_take()
-            if fresh:
-                return msg
-            if deadline is not None:
-                timeout = max(0.0, deadline - time.monotonic())
+        return msg
 
-    def _remember(self, msg_id: object) -> bool:
-        """Under _count_lock: True the first time ``msg_id`` is handed out."""
-        if msg_id.__class__ is not str:
-            return True
-        seen = self._handed_out
-        if msg_id in seen:
+    def _fresh(self, msg_id: object) -> bool:
+        """True the first time ``msg_id`` is put (and remembers it)."""
+        if msg_id in self._young or msg_id in self._old:
             self.duplicates_dropped += 1
             return False
-        seen[msg_id] = None
-        if len(seen) > RECENT_IDS:
-            del seen[next(iter(seen))]
+        self._remember([msg_id])
         return True
+
+    def _remember(self, ids: list) -> None:
+        """Two generations of sets: between RECENT_IDS/2 and RECENT_IDS of the newest
+        ids are remembered, at O(1) each (popping a dict's oldest key is not)."""
+        young = self._young
+        young.update(ids)
+        if len(young) >= RECENT_IDS // 2:
+            self._old, self._young = young, set()
