@@ -328,6 +328,9 @@ class Transport:
         protocol = self._protocol
         receive_frame, monotonic = protocol.receive_frame, time.monotonic
         bounded = self.inbox_limit_bytes > 0
+        if protocol.reading_paused and self._may_read():
+            # Room again (a take woke us): resume even if nothing is waiting to be read.
+            protocol.resume_reading(monotonic())
         try:
             # EVENTS is read even when paused: it consumes ZMQ_FD's signal, which
             # would otherwise keep the IO thread's poll waking.
