@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from schemas.bounds import BOUNDS
+from schemas.limits import LEASE_S
 from schemas.config import load_config
 from schemas.paths import data_dir, database_path, ensure_data_dir, pub_endpoint, router_endpoint
 
@@ -38,6 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="allow a TCP endpoint beyond loopback without CURVE (logged, shown in status)")
     parser.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"],
                         help="SQLite synchronous mode (FULL survives power loss too)")
+    parser.add_argument("--host-lease-s", type=float, default=LEASE_S, metavar="S",
+                        help="how long a run whose host left stays as it was before it is "
+                        f"dormant (default {LEASE_S:g} s)")
     limits = parser.add_argument_group("limits", "what one client may make the broker hold "
                                        "(also config fields; see the README's limits table)")
     for bound in BOUNDS:
@@ -61,7 +65,7 @@ def limits_from(args: argparse.Namespace, config) -> Limits:
     chosen = {bound.field: getattr(args, bound.field) or getattr(config, bound.config)
               for bound in BOUNDS}
     return Limits(max_pending_asks=config.maxPendingAsks, ask_timeout_s=config.askTimeout,
-                  **chosen)
+                  host_lease_s=max(0.0, args.host_lease_s), **chosen)
 
 
 def refuse(problem: str) -> int:

@@ -103,7 +103,7 @@ class Broker:
             snapshot = self._open_store()
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
                                  warnings=self.warnings, pub_endpoint=settings.pub_endpoint)
-            self.engine.restore(snapshot)
+            self.engine.restore(snapshot, time.time())
             self._bind()
         except Exception:
             self.close()

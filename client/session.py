@@ -367,14 +367,26 @@ class Session:
 
     # -- workflow hosting ------------------------------------------------------------------
 
-    def register_run(self, run_id: str, stages: list[dict]) -> dict[str, Any]:
+    def register_run(self, run_id: str, stages: list[dict],
+                     late_router: bool | None = None) -> dict[str, Any]:
         """Register a workflow run this session hosts, and join ``workflow:<run_id>``.
 
         ``stages`` is a tree: each ``{"name", "id"?, "kind"?: "agent"|"prompt"|"tool"|"ui",
         "state"?, "group"?, "intercom"?, "children"?: [...]}``. Registering again merges
-        new stages, or takes over a dormant run this session (or its Atomic session) hosted.
+        new stages, or resumes a run this session hosted (after a reconnect, or a
+        restart with its reclaimed id). ``late_router=True``: this session answers asks
+        to the run's stages after the run ends (they list ``closed · reply:
+        post-mortem only``). The answer's ``runGrant`` lets another session take the
+        run over (:meth:`take_over`) once this one is gone.
         """
-        return self._call("workflow", {"op": "register_run", "runId": run_id, "stages": stages})
+        fields = {"op": "register_run", "runId": run_id, "stages": stages}
+        if late_router is not None:
+            fields["lateRouter"] = late_router
+        return self._call("workflow", fields)
+
+    def take_over(self, run_id: str, grant: str) -> dict[str, Any]:
+        """Host a run whose host is gone, with the ``runGrant`` its host was given."""
+        return self._call("workflow", {"op": "take_over", "runId": run_id, "grant": grant})
 
     def add_stages(self, run_id: str, stages: list[dict], parent: str | None = None) -> dict[str, Any]:
         """Materialize more stages (nested children under ``parent``, a stage path)."""

@@ -113,14 +113,17 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          request=True, params="intercom"),
     Kind("workflow", CLIENT, "A workflow host operation; its parameters are checked by "
          "the operation (a bad one is ``invalid_params``).", (
-        _f("op", str, "register_run, add_stages, stage_state, end_run or revoke_stage",
-           required=True, max_len=32),
+        _f("op", str, "register_run, add_stages, stage_state, end_run, revoke_stage or "
+           "take_over", required=True, max_len=32),
         _f("runId", object, "run id: a non-empty string without '/'", max_len=None),
         _f("stages", object, "register_run, add_stages: the stage tree (a list)", max_len=None),
         _f("parent", object, "add_stages: the parent stage path", max_len=None),
         _f("stage", object, "stage_state: the stage path or name", max_len=None),
         _f("state", object, "stage_state: PENDING, RUNNING, completed, failed or skipped",
            max_len=None),
+        _f("lateRouter", object, "register_run: the host answers asks to the run's stages "
+           "after it ends (post-mortem)", max_len=None),
+        _f("grant", object, "take_over: the run grant register_run gave its host", max_len=None),
     ), request=True),
     Kind("status", CLIENT, "Lifecycle status and reply capability.", (
         _f("status", _STR_OR_NULL, "idle, thinking or tool:<name> (a child: completed, ...)"),

@@ -30,7 +30,8 @@ AUTO_GROUPS = ("true", "auto")                      # a stage's own namespaced s
 # One hand-over of a sticky entry to a stage transcript, and what list reports.
 SENT, ACKED = "sent", "acked"
 
-WORKFLOW_OPS = ("register_run", "add_stages", "stage_state", "end_run", "revoke_stage")
+WORKFLOW_OPS = ("register_run", "add_stages", "stage_state", "end_run", "revoke_stage",
+                "take_over")
 
 
 def run_group(run_id: str) -> str:

@@ -46,7 +46,7 @@ def _call(state: State, session, env: dict, re: str, now: float) -> None:
 def _workflow(state: State, session, env: dict, re: str, now: float) -> None:
     op = WORKFLOW_OPS.get(env["op"])
     if op is None:
-        raise BusError("bad_envelope", detail="op must be register_run, add_stages, stage_state or end_run")
+        raise BusError("bad_envelope", detail=f"op must be one of {', '.join(WORKFLOW_OPS)}")
     state.answer(session, re, op(state, session, env, now))
 
 
@@ -94,6 +94,7 @@ WORKFLOW_OPS: dict[str, Callable[..., dict[str, Any]]] = {
     "stage_state": hosting.stage_state,
     "end_run": hosting.end_run,
     "revoke_stage": hosting.revoke_stage,
+    "take_over": hosting.take_over,
 }
 
 # Kinds a client sends without an id: a refusal is counted, not answered (except

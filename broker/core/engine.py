@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from schemas.errors import BusError
 
-from . import asking, backlog, connect
+from . import asking, backlog, connect, hosting
 from .commands import Answer, Command
 from .dedup import fingerprint
 from .dispatch import handle
@@ -96,8 +96,9 @@ class Engine:
 
     # -- inputs --------------------------------------------------------------------------
 
-    def restore(self, snapshot: Snapshot) -> None:
-        """Take back what the store kept: identities, runs, sticky entries."""
+    def restore(self, snapshot: Snapshot, wall: float | None = None) -> None:
+        """Take back what the store kept: identities, runs, sticky entries. ``wall``:
+        the time of the restart, from which a run whose host was live gets its lease."""
         state = self.state
         if snapshot.grant_key:
             state.grant_key = snapshot.grant_key
@@ -109,6 +110,10 @@ class Engine:
             state.runs[run.run_id] = run
             if run.last_host_id:
                 state.hosted_before.setdefault(run.last_host_id, set()).add(run.run_id)
+            if not run.dormant:
+                state.leased.add(run.run_id)
+                if run.lease_until is None and wall is not None:
+                    run.lease_until = wall + state.limits.host_lease_s
         by_seq = {}
         for row in snapshot.sticky:
             try:
@@ -177,6 +182,7 @@ class Engine:
             for session in silent:
                 state.stats["sessions.expired"] += 1
                 connect.disconnect(state, session, "heartbeat", now)
+            hosting.expire_leases(state)
         asking.expire(state, now)
         return self._flush()
 

@@ -10,7 +10,9 @@ broker stores no grant at all and every broker on the database can check it:
 * a stage grant covers one node of one run generation (``Run.nonce``): another
   stage, another run, or the same run id registered anew after it ended gets
   ``invalid_grant``; so does a stage the host revoked or marked terminal;
-* a child grant names its launcher and a random nonce; any number may be issued.
+* a child grant names its launcher and a random nonce; any number may be issued;
+* a run grant covers one run generation: with it another session takes the run over
+  once its host is gone.
 
 Invariants: checks compare in constant time; a grant never names anything secret.
 """
@@ -25,7 +27,7 @@ from schemas.errors import BusError
 
 from .runs import Node, Run
 
-_STAGE, _CHILD = "s1", "c1"
+_STAGE, _CHILD, _RUN = "s1", "c1", "r1"
 
 
 def _mac(key: bytes, *parts: str) -> str:
@@ -43,6 +45,21 @@ def check_stage(key: bytes, run: Run, node: Node, grant: object) -> None:
     if not isinstance(grant, str) or not grant:
         raise BusError("grant_required", what=what)
     if node.revoked or node.terminal or not hmac.compare_digest(grant, stage_grant(key, run, node)):
+        raise BusError("invalid_grant", what=what)
+
+
+def run_grant(key: bytes, run: Run) -> str:
+    """The grant that lets another session take over ``run`` (this generation) once
+    its host is gone; register_run gives it to the host, who may hand it on."""
+    return f"{_RUN}.{_mac(key, _RUN, run.run_id, run.nonce)}"
+
+
+def check_run(key: bytes, run: Run, grant: object) -> None:
+    """Raises BusError(grant_required | invalid_grant)."""
+    what = f"take over run {run.run_id!r}"
+    if not isinstance(grant, str) or not grant:
+        raise BusError("grant_required", what=what)
+    if not hmac.compare_digest(grant, run_grant(key, run)):
         raise BusError("invalid_grant", what=what)
 
 

@@ -19,7 +19,7 @@ from schemas.names import PENDING, RUNNING, STAGE_STATES, TERMINAL_STATES, run_g
 from .membership import change_groups, room_for
 from .path_delivery import node_at, notify_undeliverable, settle_exact
 from .paths import looks_like_path, parse_path
-from .grants import stage_grant
+from .grants import check_run, run_grant, stage_grant
 from .records import RunEnded
 from .runs import Node, Run, build_nodes
 from .sessions import Session
@@ -33,6 +33,9 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
     path = parse_path(run_group(run_id), allow_run_only=True) if isinstance(run_id, str) else None
     if path is None or path.segments:
         raise BusError("invalid_params", detail="runId must be a non-empty string without '/'")
+    late_router = env.get("lateRouter")
+    if late_router is not None and not isinstance(late_router, bool):
+        raise BusError("invalid_params", detail="lateRouter must be true or false")
     run = state.runs.get(run_id)
     if run is not None:
         if run.host_id not in (None, session.id):
@@ -52,11 +55,55 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
         run.attach(build_nodes(env.get("stages") or [], None), None)
         state.runs[run_id] = run
     set_host(state, run, session)
+    if late_router is not None:
+        run.late_router = late_router
     if run.group not in session.groups:
         change_groups(state, session, [*session.groups, run.group])
     save(state, run)
     return {"runId": run_id, "group": run.group, "groups": list(session.groups),
+            "runGrant": run_grant(state.grant_key, run), **_stages_and_grants(state, run)}
+
+
+def take_over(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
+    """Another session takes a run whose host is gone (leased or dormant), with the
+    run's grant. Raises BusError(unknown_run | not_run_host | grant_required |
+    invalid_grant | too_many_runs | too_many_groups)."""
+    run = state.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
+    if run is None:
+        raise BusError("unknown_run", run_id=env.get("runId"))
+    if run.host_id is not None and run.host_id != session.id:
+        raise BusError("not_run_host", run_id=run.run_id)
+    check_run(state.grant_key, run, env.get("grant"))
+    if len(state.hosted.get(session.id, ())) >= state.limits.max_runs_per_session:
+        raise BusError("too_many_runs", limit=state.limits.max_runs_per_session)
+    if run.group not in session.groups:
+        change_groups(state, session, [*session.groups, run.group])
+    previous = run.last_host_id
+    if previous and previous != session.id:
+        state.hosted_before.get(previous, set()).discard(run.run_id)
+    set_host(state, run, session)
+    save(state, run)
+    return {"runId": run.run_id, "group": run.group, "groups": list(session.groups),
+            "tookOverFrom": previous, "runGrant": run_grant(state.grant_key, run),
             **_stages_and_grants(state, run)}
+
+
+def expire_leases(state: State) -> None:
+    """Runs whose host's lease ran out (wall clock) become dormant. A run restored
+    without a lease (its host was live when the broker stopped) gets one now."""
+    for run_id in list(state.leased):
+        run = state.runs.get(run_id)
+        if run is None or run.host_id is not None:
+            state.leased.discard(run_id)
+            continue
+        if run.lease_until is None:
+            run.lease_until = state.wall + state.limits.host_lease_s
+            save(state, run)
+        elif state.wall >= run.lease_until:
+            run.dormant = True
+            state.leased.discard(run_id)
+            state.stats["runs.dormant"] += 1
+            save(state, run)
 
 
 def add_stages(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:

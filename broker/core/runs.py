@@ -92,9 +92,14 @@ class Node:
 @dataclass(eq=False, slots=True)
 class Run:
     run_id: str
-    host_id: str | None                # the live host session; None while dormant
+    host_id: str | None                # the live host session; None once it left
     host_atomic: str | None = None
     last_host_id: str | None = None    # who hosted it last, to take it back after a restart
+    # The host left: until ``lease_until`` (wall clock) the run stays as it was; past
+    # it the run is dormant (see broker.core.hosting.expire_leases). Both persisted.
+    lease_until: float | None = None
+    dormant: bool = False
+    late_router: bool = False          # the host answers asks to its closed stages
     roots: list[Node] = field(default_factory=list)
     created_at: float = 0.0
     nonce: str = ""                    # this generation of the run id (its grants' salt)
@@ -129,10 +134,6 @@ class Run:
     def level(self, parent: Node | None) -> dict[str, list[Node]]:
         return parent.index if parent else self.root_index
 
-    @property
-    def dormant(self) -> bool:
-        return self.host_id is None
-
     def nodes(self) -> Iterator[Node]:
         stack = list(reversed(self.roots))
         while stack:
@@ -149,12 +150,16 @@ class Run:
     def record(self) -> dict[str, Any]:
         return {"runId": self.run_id, "host": self.host_id or self.last_host_id,
                 "hostAtomic": self.host_atomic, "nonce": self.nonce,
-                "createdAt": self.created_at, "stages": [n.record() for n in self.roots]}
+                "createdAt": self.created_at, "leaseUntil": self.lease_until,
+                "dormant": self.dormant, "lateRouter": self.late_router,
+                "stages": [n.record() for n in self.roots]}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Run:
         run = cls(record["runId"], None, record.get("hostAtomic"), record.get("host"),
-                  created_at=record.get("createdAt", 0.0), nonce=record.get("nonce", ""))
+                  created_at=record.get("createdAt", 0.0), nonce=record.get("nonce", ""),
+                  lease_until=record.get("leaseUntil"), dormant=bool(record.get("dormant")),
+                  late_router=bool(record.get("lateRouter")))
         run.attach(build_nodes(record.get("stages") or [], None, restoring=True), None)
         return run
 

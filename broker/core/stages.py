@@ -106,7 +106,11 @@ def unbind(state: State, session: Session) -> None:
     for run_id in state.hosted.pop(session.id, ()):
         run = state.runs.get(run_id)
         if run is not None and run.host_id == session.id:
+            # The run stays as it was for the host's lease; then it is dormant.
             run.last_host_id, run.host_id = session.id, None
+            run.lease_until = state.wall + state.limits.host_lease_s
+            state.leased.add(run.run_id)
+            save(state, run)
 
 
 def host_returned(state: State, session: Session) -> None:
@@ -115,12 +119,15 @@ def host_returned(state: State, session: Session) -> None:
         run = state.runs.get(run_id)
         if run is not None and run.host_id is None and run.last_host_id == session.id:
             set_host(state, run, session)
+            save(state, run)
 
 
 def set_host(state: State, run: Run, session: Session) -> None:
-    """``session`` hosts ``run`` now."""
+    """``session`` hosts ``run`` now (a dormant or leased run is resumed)."""
     run.host_id = session.id
     run.last_host_id = session.id
+    run.lease_until, run.dormant = None, False
+    state.leased.discard(run.run_id)
     state.hosted.setdefault(session.id, set()).add(run.run_id)
     state.hosted_before.setdefault(session.id, set()).add(run.run_id)
 

@@ -52,6 +52,7 @@ class Limits:
     max_run_bytes: int = limits.MAX_RUN_BYTES
     max_sticky_bytes: int = limits.MAX_STICKY_BYTES
     max_groups: int = limits.MAX_GROUPS
+    host_lease_s: float = limits.LEASE_S   # a run whose host left stays as it was this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +88,7 @@ class State:
     # returning host finds its runs without a scan of every run).
     hosted: dict[str, set[str]] = field(default_factory=dict)
     hosted_before: dict[str, set[str]] = field(default_factory=dict)
+    leased: set[str] = field(default_factory=set)    # runs whose host left, lease running
     other_brokers: int = 0
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)

@@ -40,7 +40,7 @@ class Bus:
     def restart(self) -> None:
         """The broker dies and comes back: what was committed is all it has."""
         self.engine = self._engine()
-        self.engine.restore(self.store.load())
+        self.engine.restore(self.store.load(), self.now)
         self.uncommitted, self.written = [], []
 
     def advance(self, seconds: float) -> list:
