@@ -55,13 +55,6 @@ _TABLE = [
               "<platform>:<id> with platform discord, remote or internal, at most {limit} characters"),
     ErrorSpec("invalid_agent", "request", "Agent name {agent!r} is not safe: 1-{limit} characters "
               "of A-Z a-z 0-9 . _ -, not starting with '.'"),
-    ErrorSpec("draft_not_current", "request", "A draft can only be sent to the current channel; "
-              "send its text as content to reach {channel!r}"),
-    ErrorSpec("draft_expired", "request", "Draft {draft!r} belongs to an earlier turn; author the "
-              "answer again as content"),
-    ErrorSpec("unknown_draft", "request", "No draft {draft!r} was recorded in this turn"),
-    ErrorSpec("draft_incomplete", "request", "Draft {draft!r} is incomplete or its completion is "
-              "unknown, so it cannot be sent by reference; send a complete answer as content"),
     ErrorSpec("invoke_alias", "request", "invoke needs an explicit session id from list_sessions, "
               "not the alias {session!r}"),
     # -- target --------------------------------------------------------------------
@@ -105,6 +98,14 @@ _TABLE = [
     ErrorSpec("not_member", "state", "This session is not a member of group {group!r}"),
     ErrorSpec("last_group", "state", "Cannot leave {group!r}: it is this session's only group; use leave without a group to reset"),
     ErrorSpec("queue_full", "state", "Pending stage message queue is full (limit {limit})"),
+    ErrorSpec("channel_in_use", "state", "Agent {agent!r} already has a live session on "
+              "channel {channel!r}; close it first or connect with another channel"),
+    ErrorSpec("not_persistent", "state", "This session is ephemeral (or was deleted): only a "
+              "persistent session can be reset or deleted"),
+    ErrorSpec("too_many_invocations", "state", "Session {session!r} already has {limit} queued "
+              "invocations, its limit; wait for it to take some"),
+    ErrorSpec("unknown_invocation", "state", "No invocation {id!r} was handed to this session "
+              "and is still running"),
     ErrorSpec("pending_stage_ask_unsupported", "state",
               "{to!r} is not a live stage: ask needs a running, reply-capable target; use send, "
               "which queues for the stage because it may start much later or never"),
@@ -138,14 +139,15 @@ _TABLE = [
     ErrorSpec("target_backlogged", "state", "{name} is not reading its messages: {size} bytes "
               "sent to it are unread (limit {limit}); nothing was delivered, try again later"),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
-    ErrorSpec("channel_in_use", "state", "Agent {agent!r} already has a live session on "
-              "channel {channel!r}; close it first or connect with another channel"),
-    ErrorSpec("not_persistent", "state", "This session is ephemeral (or was deleted): only a "
-              "persistent session can be reset or deleted"),
-    ErrorSpec("too_many_invocations", "state", "Session {session!r} already has {limit} queued "
-              "invocations, its limit; wait for it to take some"),
-    ErrorSpec("unknown_invocation", "state", "No invocation {id!r} was handed to this session "
-              "and is still running"),
+    # respond's drafts (checked by the client; see client.drafts)
+    ErrorSpec("unknown_draft", "state", "No draft {draft!r} was recorded in this conversation; "
+              "send the text with content instead"),
+    ErrorSpec("draft_expired", "state", "Draft {draft!r} belongs to an earlier turn: a draft can "
+              "be sent by reference only during the turn that recorded it; send content instead"),
+    ErrorSpec("draft_not_current", "state", "A draft can be sent by reference only to the current "
+              "conversation (channel \"current\"); send content to reach another channel"),
+    ErrorSpec("draft_incomplete", "state", "Draft {draft!r} is {completion}: only a complete draft "
+              "can be sent by reference; author a complete replacement with content"),
     ErrorSpec("store_unavailable", "state", "The broker's database is locked by another process "
               "or otherwise unavailable; the message was not kept: retry later"),
     # -- peer ----------------------------------------------------------------------

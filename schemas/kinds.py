@@ -156,13 +156,15 @@ CLIENT_KINDS: tuple[Kind, ...] = (
            max_len=MAX_CHANNEL_CHARS),
         _f("reason", str, "why the destination should take a turn", required=True),
     ), request=True),
-    Kind("finish_invocation", CLIENT, "The outcome of an invocation handed to this session.", (
-        _f("id", str, "the invocation id", required=True, max_len=ID_MAX),
+    Kind("finish_invocation", CLIENT, "The outcome of an invocation handed to this session; "
+         "the request's ``id`` is the invocation's id.", (
         _f("ok", bool, "the turn succeeded", required=True),
         _f("error", _STR_OR_NULL, "why it failed"),
     ), request=True),
     Kind("turn", CLIENT, "The session starts a turn (it becomes the agent's most recently "
-         "active session)."),
+         "active session).", (
+        _f("turn", str, "the turn id", max_len=ID_MAX),
+    )),
     Kind("recovery", CLIENT, "The current rejected-output turn of this session, kept in the "
          "broker's response_recovery table (persistent sessions only).", (
         _f("turn", str, "the turn id", required=True, max_len=ID_MAX),

@@ -38,8 +38,6 @@ DISCORD, REMOTE, INTERNAL = CHANNEL_PLATFORMS
 ATTACHMENT_PLATFORMS = frozenset({DISCORD})         # platforms that carry attachments
 CURRENT, LAST, OWNER = "current", "last", "owner"
 CHANNEL_ALIASES = (CURRENT, LAST, OWNER)
-IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".svg",
-                            ".tif", ".tiff", ".avif"})  # altText is accepted on these only
 OUTPUT, INVOCATION = "output", "invocation"         # event names
 # An invoke job's life (broker.core.invocations) and a recovery row's outcomes.
 QUEUED, STARTED, DONE, FAILED = "queued", "started", "done", "failed"

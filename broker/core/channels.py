@@ -11,8 +11,9 @@ Invariants:
 * a remote caller (channel ``remote:...``) reaches only ``current`` or an existing
   ``remote:`` conversation of its agent: every other choice is refused before anything
   is resolved, so what it learns is the same whether the target exists or not;
-* only platforms in ATTACHMENT_PLATFORMS carry attachments; ``altText`` is accepted on
-  image paths only. The broker checks paths as text, never opens them.
+* only platforms in ATTACHMENT_PLATFORMS carry attachments, each checked by the rule
+  both sides share (:mod:`schemas.output_attachments`: altText on images only). The
+  broker checks paths as text, never opens them.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ from typing import Any
 from schemas.agent_config import channel_problem
 from schemas.errors import BusError
 from schemas.limits import MAX_ATTACHMENTS, MAX_CHANNEL_CHARS
-from schemas.names import (ATTACHMENT_PLATFORMS, CHANNEL_ALIASES, CURRENT, IMAGE_SUFFIXES, LAST,
-                           OWNER)
-from schemas.tools import OUTPUT_ATTACHMENT_SCHEMA, validate
+from schemas.names import ATTACHMENT_PLATFORMS, CHANNEL_ALIASES, CURRENT, LAST, OWNER
+from schemas.output_attachments import attachment_problem
 
 from .agents import Conversation, Conversations, is_remote
 
@@ -69,18 +69,10 @@ def check_attachments(channel: str, attachments: Any) -> list[dict[str, str]]:
         raise BusError("invalid_params", detail=f"attachments must be a list of at most "
                        f"{MAX_ATTACHMENTS} {{path, altText?}} objects")
     for index, item in enumerate(attachments):
-        problem = validate(OUTPUT_ATTACHMENT_SCHEMA, item, "attachment")
+        problem = attachment_problem(item)
         if problem:
             raise BusError("invalid_attachment", index=index, detail=problem)
-        if "altText" in item and not is_image(item["path"]):
-            raise BusError("invalid_attachment", index=index, detail="altText is only for "
-                           f"image files ({', '.join(sorted(IMAGE_SUFFIXES))}), not {item['path']!r}")
     if channel.partition(":")[0] not in ATTACHMENT_PLATFORMS:
         raise BusError("attachments_unsupported", channel=channel)
     return [dict(item) for item in attachments]
 
-
-def is_image(path: str) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    dot = name.rfind(".")
-    return dot > 0 and name[dot:].lower() in IMAGE_SUFFIXES
