@@ -138,6 +138,9 @@ _TABLE = [
               "stage messages, its limit (--max-sticky-bytes {limit}); nothing was queued"),
     ErrorSpec("target_backlogged", "state", "{name} is not reading its messages: {size} bytes "
               "sent to it are unread (limit {limit}); nothing was delivered, try again later"),
+    ErrorSpec("stage_closed", "state", "{to!r} is a stage of a run that ended and cannot answer "
+              "asks (reply: unavailable): contact a live stage, or start new work with the "
+              "context it needs"),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
     # respond's drafts (checked by the client; see client.drafts)
     ErrorSpec("unknown_draft", "state", "No draft {draft!r} was recorded in this conversation; "

@@ -200,6 +200,7 @@ _MSG_FIELDS = (
     _f("target", str, "the workflow path it was sent to", max_len=None),
     _f("ackRequired", bool, "send ``received`` once it is in the session's context"),
     _f("receivedBeforeStart", bool, "retained for the stage before it started"),
+    _f("postMortem", bool, "a late message to a closed stage (``target``), for its host"),
 )
 
 BROKER_KINDS: tuple[Kind, ...] = (

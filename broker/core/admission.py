@@ -31,7 +31,7 @@ from schemas.errors import BusError
 from schemas.kinds import ID_MAX
 from schemas.limits import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PROTOCOL_VERSION
 
-from . import backlog
+from . import backlog, closed
 from .authority import refuse_non_agent
 from .commands import Answer
 from .dedup import fingerprints
@@ -138,14 +138,19 @@ def once(state: State, session: Session, action: str, mark: int, re: str,
     return answer
 
 
-def resolve_target(state: State, session: Session, to: str) -> Session:
+def resolve_target(state: State, session: Session, to: str, *, ask: bool = False) -> Session:
     """An ordinary (non-path) target; known non-agent nodes are refused, and a target
-    past its backlog bound. Raises BusError."""
+    past its backlog bound; the id of a closed stage's last session reaches its host
+    (see broker.core.closed). Raises BusError."""
     try:
         target = resolve_session(state, session, to)
     except BusError as error:
         if error.code == "target_not_found":
             refuse_non_agent(state, session, to, None)
+            host = closed.route(state, session, to, ask=ask)
+            if host is not None:
+                backlog.check(state, host)
+                return host
         raise
     refuse_non_agent(state, session, to, target)
     backlog.check(state, target)

@@ -22,7 +22,7 @@ from .state import State
 
 def open_ask(state: State, asker: Session, target: Session, ask_id: str, message: str,
              attachments: list, timeout_s: float | None, now: float, *,
-             supervisor: bool) -> None:
+             supervisor: bool, extra: dict | None = None) -> None:
     """Admit an ask and deliver it. Raises BusError(terminal_child | target_backlogged |
     too_many_asks | supervisor_busy)."""
     if target.reply_capability == TERMINAL:
@@ -33,7 +33,7 @@ def open_ask(state: State, asker: Session, target: Session, ask_id: str, message
     # A per-call timeout may exceed the default; MAX_ASK_TIMEOUT_S bounds both.
     timeout_s = min(float(timeout_s) if timeout_s else limits.ask_timeout_s, MAX_ASK_TIMEOUT_S)
     state.asks.open(Ask(ask_id, asker, target, message, now, now + timeout_s, supervisor))
-    extra = {"timeoutS": timeout_s}
+    extra = {**(extra or {}), "timeoutS": timeout_s}
     if supervisor:
         extra["supervisor"] = True
     deliver(state, asker.id, asker.name, target, ask_id, message, attachments, state.wall,

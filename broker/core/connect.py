@@ -28,7 +28,7 @@ from schemas.limits import MAX_NAME_CHARS
 from schemas.names import (IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES, SESSION_KINDS,
                            STAGE, TERMINAL, TERMINAL_CHILD_STATUSES, THINKING, TOOL_PREFIX)
 
-from . import asking, backlog, conversations, invoking
+from . import asking, backlog, closed, conversations, invoking
 from .agents import welcome_fields
 from .authority import check_claimed
 from .commands import Send
@@ -178,6 +178,7 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
     membership_changed(state, session, before, set(), departing=True)
     asking.session_gone(state, session)
     unbind(state, session)
+    closed.host_gone(state, session)
     conversations.left(state, session)
 
 

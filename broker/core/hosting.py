@@ -19,6 +19,7 @@ from schemas.names import PENDING, RUNNING, STAGE_STATES, TERMINAL_STATES, run_g
 from .membership import change_groups, room_for
 from .path_delivery import node_at, notify_undeliverable, settle_exact
 from .paths import looks_like_path, parse_path
+from .closed import close_run, forget_run
 from .grants import check_run, run_grant, stage_grant
 from .records import RunEnded
 from .runs import Node, Run, build_nodes
@@ -50,6 +51,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
             raise BusError("too_many_runs", limit=state.limits.max_runs_per_session)
         if run_group(run_id) not in session.groups:
             room_for(state, session)
+        forget_run(state, run_id)
         run = Run(run_id, session.id, session.atomic_session_id, session.id, created_at=state.wall,
                   nonce=state.new_token()[:16])
         run.attach(build_nodes(env.get("stages") or [], None), None)
@@ -177,6 +179,7 @@ def end_run(state: State, session: Session, env: dict, now: float) -> dict[str, 
         if not entry.deliveries:
             undeliverable += 1
             notify_undeliverable(state, entry, "run ended before a matching stage received it")
+    close_run(state, run)
     del state.runs[run.run_id]
     for table in (state.hosted, state.hosted_before):
         for holder in {run.host_id, run.last_host_id}:

@@ -12,6 +12,7 @@ from typing import Any
 
 from schemas.errors import BusError
 
+from . import closed
 from .admission import admit_sends, once, resolve_target
 from .asking import open_ask, pending_rows
 from .dedup import fingerprint
@@ -50,9 +51,12 @@ def ask(state: State, session: Session, params: dict, re: str, now: float,
             raise BusError("missing_param", action="ask", param="to")
         message, attachments = body("ask", params)
         target = resolve_ask(state, session, to) if looks_like_path(to) else \
-            resolve_target(state, session, to)
+            resolve_target(state, session, to, ask=True)
+        stage = closed.stage_named(state, to)
+        late = {"postMortem": True, "target": stage.target} \
+            if stage is not None and target.id == stage.host_id else None
         open_ask(state, session, target, re, message, attachments, params.get("timeout"), now,
-                 supervisor=False)
+                 supervisor=False, extra=late)
 
     return once(state, session, "ask", mark, re, admit)
 

@@ -22,7 +22,7 @@ from schemas import envelopes
 from schemas.errors import BusError
 from schemas.names import DEFAULT_GROUP, SENT, UNDELIVERABLE
 
-from . import backlog
+from . import backlog, closed
 from .authority import run_for
 from .commands import Send
 from .delivery import deliver
@@ -43,6 +43,15 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
     queue_full | run_full | sticky_storage_full).
     """
     path = parse_path(to)
+    host = closed.route(state, session, to, ask=False)
+    if host is not None:
+        # A closed stage: a late plain send reaches the session that ran the workflow.
+        backlog.check(state, host)
+        stage = closed.stage_named(state, to)
+        deliver(state, session.id, session.name, host, re, message, attachments, state.wall,
+                extra={"target": stage.target, "postMortem": True})
+        return {"delivered": True, "to": host.id, "toName": host.name, "target": stage.target,
+                "messageId": re}
     run = run_for(state, session, path)
     agents = agent_matches(run, path)
     if not path.is_pattern and len(agents) == 1:
@@ -92,6 +101,9 @@ def resolve_ask(state: State, session: Session, to: str) -> Session:
     self_target, and the path refusals of :func:`send`).
     """
     path = parse_path(to)
+    host = closed.route(state, session, to, ask=True)
+    if host is not None:
+        return host
     run = run_for(state, session, path)
     if path.is_pattern:
         raise BusError("pending_stage_ask_unsupported", to=to)

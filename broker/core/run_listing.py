@@ -11,6 +11,7 @@ from typing import Any
 
 from schemas.names import PENDING, RUNNING
 
+from . import closed
 from .authority import controlled_runs
 from .path_delivery import deliverable, queue_key
 from .runs import Run
@@ -20,9 +21,14 @@ from .sticky import delivery_state
 
 
 def run_rows(state: State, session: Session) -> dict[str, Any]:
-    """The ``workflows`` part of a list answer (absent when there is none)."""
+    """The ``workflows`` and ``closedStages`` parts of a list answer (absent when
+    there is none)."""
     rows = [run_row(state, run) for run in controlled_runs(state, session)]
-    return {"workflows": rows} if rows else {}
+    result: dict[str, Any] = {"workflows": rows} if rows else {}
+    ended = closed.rows_for(state, session)
+    if ended:
+        result["closedStages"] = ended
+    return result
 
 
 def run_row(state: State, run: Run) -> dict[str, Any]:

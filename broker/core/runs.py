@@ -45,6 +45,7 @@ class Node:
     children: list[Node] = field(default_factory=list)
     parent: Node | None = None
     session_id: str | None = None     # the live stage session, if any
+    last_session_id: str | None = None  # the latest stage session (closed stages keep it)
     transcript: str | None = None     # transcript of the latest stage session
     started: bool = False             # a stage session has initialized at least once
     revoked: bool = False             # the host revoked the stage's grant

@@ -82,7 +82,7 @@ def bind(state: State, session: Session, run: Run, node: Node, transcript: str,
          now: float) -> None:
     """Bind ``session`` to ``node`` and hand it the retained entries, FIFO."""
     session.binding = StageBinding(run.run_id, node.key(), run.canonical(node), transcript)
-    node.session_id = session.id
+    node.session_id = node.last_session_id = session.id
     node.transcript = transcript
     node.started = True
     if node.state == PENDING:

@@ -91,6 +91,8 @@ class State:
     hosted: dict[str, set[str]] = field(default_factory=dict)
     hosted_before: dict[str, set[str]] = field(default_factory=dict)
     leased: set[str] = field(default_factory=set)    # runs whose host left, lease running
+    # Stages of ended runs, by host id, then by each spelling (broker.core.closed).
+    closed: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Agents' conversations (with their settings) and invoke jobs (respond/invoke).
     conversations: Conversations = field(default_factory=Conversations)
     invocations: InvocationTable = field(default_factory=InvocationTable)
