@@ -105,6 +105,15 @@ _TABLE = [
     ErrorSpec("target_backlogged", "state", "{name} is not reading its messages: {size} bytes "
               "sent to it are unread (limit {limit}); nothing was delivered, try again later"),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
+    # respond's drafts (checked by the client; see client.drafts)
+    ErrorSpec("unknown_draft", "state", "No draft {draft!r} was recorded in this conversation; "
+              "send the text with content instead"),
+    ErrorSpec("draft_expired", "state", "Draft {draft!r} belongs to an earlier turn: a draft can "
+              "be sent by reference only during the turn that recorded it; send content instead"),
+    ErrorSpec("draft_not_current", "state", "A draft can be sent by reference only to the current "
+              "conversation (channel \"current\"); send content to reach another channel"),
+    ErrorSpec("draft_incomplete", "state", "Draft {draft!r} is {completion}: only a complete draft "
+              "can be sent by reference; author a complete replacement with content"),
     ErrorSpec("store_unavailable", "state", "The broker's database is locked by another process "
               "or otherwise unavailable; the message was not kept: retry later"),
     # -- peer ----------------------------------------------------------------------
