@@ -454,10 +454,9 @@ class Session:
             return problem
         if self._closed:
             return error_reply("session_closed")
-        # The request's own id is the invocation id, as the contract names the field;
-        # ``invocation`` says it again for a reader that keeps ``id`` for the request.
-        result = self._transport.call(envelope("finish_invocation", id=id, invocation=id,
-                                               ok=ok, error=error), CALL_TIMEOUT_S)
+        # The request's own id is the invocation id (the kind's declared ``id`` field).
+        result = self._transport.call(envelope("finish_invocation", id=id, ok=ok, error=error),
+                                      CALL_TIMEOUT_S)
         return result if result is not None else error_reply("broker_unavailable",
                                                              timeout_s=CALL_TIMEOUT_S)
 
