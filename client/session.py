@@ -384,15 +384,17 @@ class Session:
         """Start a turn (the conversation becomes active); ends the open one. Its id."""
         with self._turn_lock:
             turn, report = self._turns.begin()
-        if report is not None:
-            self._send_recovery(report, CALL_TIMEOUT_S)
         if not self._closed:
+            if report is not None:
+                self._send_recovery(report, CALL_TIMEOUT_S)
             self._transport.post(envelope("turn", turn=turn))
         return turn
 
     def end_turn(self) -> dict[str, Any]:
         """End the open turn; ``{"ok": True, "turn", "recovery"}`` where ``recovery`` is
         the reported outcome (None when the turn recorded no draft)."""
+        if self._closed:
+            return error_reply("session_closed")
         return self._end_turn(CALL_TIMEOUT_S)
 
     def record_draft(self, text: str, complete: bool | None = True) -> str:
@@ -406,7 +408,8 @@ class Session:
             self.begin_turn()
         with self._turn_lock:
             draft_id, report = self._turns.record(text, complete)
-        self._send_recovery(report, CALL_TIMEOUT_S)
+        if not self._closed:
+            self._send_recovery(report, CALL_TIMEOUT_S)
         return draft_id
 
     def _end_turn(self, timeout: float) -> dict[str, Any]:

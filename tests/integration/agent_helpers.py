@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from .conftest import ROOT, LineReader, child_env, make_tmp, start_broker, stop_process, wait_ready
@@ -50,14 +51,18 @@ def agent_broker(agents: dict[str, dict]):
 
 def recovery_rows(db: Path, agent: str, channel: str) -> list[dict]:
     """The broker's response_recovery rows of one conversation (read-only, as operator
-    tooling would read them)."""
+    tooling would read them), ``drafts`` decoded."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     conn.row_factory = sqlite3.Row
     try:
         rows = [dict(row) for row in conn.execute("SELECT * FROM response_recovery")]
     finally:
         conn.close()
-    return [row for row in rows if row.get("agent") == agent and row.get("channel") == channel]
+    found = [row for row in rows if row.get("agent") == agent and row.get("channel") == channel]
+    for row in found:
+        if isinstance(row.get("drafts"), bytes):        # kept as msgpack
+            row["drafts"] = msgpack.unpackb(row["drafts"], raw=False)
+    return found
 
 
 class ChannelTail:

@@ -221,12 +221,15 @@ def test_a_turn_with_an_undelivered_draft_is_kept_pending_then_recovered(bus):
     me.begin_turn()
     draft = me.record_draft("the plain text answer", complete=True)
     (row,) = recovery_rows(bus.broker.db, "lys", me.channel)
-    assert row["outcome"] == "pending" and "the plain text answer" in json.dumps(row)
+    assert row["outcome"] == "pending"
+    assert row["drafts"] == [{"id": draft, "text": "the plain text answer",
+                              "completion": "complete", "outcome": "pending"}]
     assert me.respond(draft=draft)["ok"]
     ended = me.end_turn()
     assert ended["ok"] and ended["recovery"] == "recovered"
     (row,) = recovery_rows(bus.broker.db, "lys", me.channel)
-    assert row["outcome"] == "recovered" and "delivered" in json.dumps(row)
+    assert row["outcome"] == "recovered"
+    assert [d["outcome"] for d in row["drafts"]] == ["delivered"]
 
 
 def test_a_later_rejected_turn_replaces_the_row_and_reset_deletes_it(bus):
@@ -235,10 +238,12 @@ def test_a_later_rejected_turn_replaces_the_row_and_reset_deletes_it(bus):
     me.record_draft("first turn's draft", complete=True)
     me.begin_turn()                   # ends the first turn: nothing delivered
     (row,) = recovery_rows(bus.broker.db, "lys", me.channel)
-    assert row["outcome"] == "failed" and "declined" in json.dumps(row)
+    assert row["outcome"] == "failed"
+    assert [(d["text"], d["outcome"]) for d in row["drafts"]] == [("first turn's draft", "declined")]
     me.record_draft("second turn's draft", complete=False)
     (row,) = recovery_rows(bus.broker.db, "lys", me.channel)
-    assert row["outcome"] == "pending" and "first turn" not in json.dumps(row)
+    assert row["outcome"] == "pending"
+    assert [(d["text"], d["completion"]) for d in row["drafts"]] == [("second turn's draft", "incomplete")]
     assert me.reset() == {"ok": True}
     assert recovery_rows(bus.broker.db, "lys", me.channel) == []
 
