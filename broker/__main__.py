@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         synchronous=args.sync,
         curve_dir=args.curve.expanduser() if args.curve else None,
         insecure=args.insecure,
+        data_dir=base,
     )
     try:
         broker = Broker(settings)

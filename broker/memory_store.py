@@ -20,6 +20,15 @@ Semantics (the SQLite store keeps the same ones):
 * payloads (run records, attachments, answered-to lists) are kept as a msgpack round
   trip of what was given: a value the SQLite store could not encode fails here too,
   and a caller changing its dict afterwards changes nothing stored;
+* ``ConversationSaved`` upserts by (agent, channel) and keeps its place;
+  ``ConversationDeleted`` deletes the conversation, its recovery row and its queued
+  (not started) invocations;
+* ``InvocationSaved`` inserts (an id already stored fails the batch);
+  ``InvocationState`` sets a job's state (no job: nothing happens); ``load`` returns
+  the unfinished jobs (queued, started) by first save, and forgets finished ones
+  older than :data:`FINISHED_KEEP_S`;
+* ``RecoverySaved`` upserts by (agent, channel) (drafts are a payload);
+  ``RecoveryDeleted`` deletes;
 * ``load`` forgets identities older than :data:`IDENTITY_KEEP_S` and returns at most
   the newest ``identity_limit`` of the rest; every list is oldest first (identities by
   time, runs and deliveries by first save, entries by seq).
@@ -35,12 +44,15 @@ from typing import Any, Callable, Sequence
 
 import msgpack
 
-from .core.records import (IdentitySaved, LeaseReleased, LeaseRenewed, Record, RunEnded,
-                           RunSaved, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                           StickyRow, StickySaved)
+from .core.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
+                           InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
+                           RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
+                           StickyAnswered, StickyDelivery, StickyDropped, StickyRow, StickySaved)
 
 IDENTITY_KEEP_S = 30 * 24 * 3600   # who held an id is remembered for 30 days
 IDENTITY_LIMIT = 200_000           # newest identities restored at start, at most
+FINISHED_KEEP_S = 7 * 24 * 3600    # a done or failed invoke job is kept a week
+UNFINISHED = ("queued", "started")
 
 
 def copy_payload(value: Any) -> Any:
@@ -58,6 +70,9 @@ class _Tables:
     sticky: dict[int, StickySaved] = field(default_factory=dict)
     answered: dict[int, list[str]] = field(default_factory=dict)
     deliveries: dict[tuple[int, str, str], StickyDelivery] = field(default_factory=dict)
+    conversations: dict[tuple[str, str], ConversationSaved] = field(default_factory=dict)
+    invocations: dict[str, tuple[InvocationSaved, float]] = field(default_factory=dict)
+    recoveries: dict[tuple[str, str], RecoverySaved] = field(default_factory=dict)
 
     def copy(self) -> _Tables:
         # Shallow is enough: every value is a frozen record or a list no one else holds.
@@ -114,6 +129,40 @@ def _drop(tables: _Tables, record: StickyDropped) -> None:
     tables.forget_entry(record.seq)
 
 
+def _conversation(tables: _Tables, record: ConversationSaved) -> None:
+    tables.conversations[(record.agent, record.channel)] = record
+
+
+def _conversation_deleted(tables: _Tables, record: ConversationDeleted) -> None:
+    key = (record.agent, record.channel)
+    tables.conversations.pop(key, None)
+    tables.recoveries.pop(key, None)
+    for job_id in [i for i, (job, _) in tables.invocations.items()
+                   if (job.agent, job.channel) == key and job.state == "queued"]:
+        del tables.invocations[job_id]
+
+
+def _invocation(tables: _Tables, record: InvocationSaved) -> None:
+    if record.id in tables.invocations:
+        raise ValueError(f"invocation {record.id} is already stored")
+    tables.invocations[record.id] = (record, record.created_at)
+
+
+def _invocation_state(tables: _Tables, record: InvocationState) -> None:
+    held = tables.invocations.get(record.id)
+    if held is not None:
+        tables.invocations[record.id] = (dataclasses.replace(held[0], state=record.state), record.at)
+
+
+def _recovery(tables: _Tables, record: RecoverySaved) -> None:
+    tables.recoveries[(record.agent, record.channel)] = dataclasses.replace(
+        record, drafts=copy_payload(record.drafts))
+
+
+def _recovery_deleted(tables: _Tables, record: RecoveryDeleted) -> None:
+    tables.recoveries.pop((record.agent, record.channel), None)
+
+
 _WRITERS: dict[type, Callable[[_Tables, Any], None]] = {
     IdentitySaved: _identity,
     LeaseRenewed: _lease,
@@ -124,6 +173,12 @@ _WRITERS: dict[type, Callable[[_Tables, Any], None]] = {
     StickyAnswered: _answered,
     StickyDelivery: _delivery,
     StickyDropped: _drop,
+    ConversationSaved: _conversation,
+    ConversationDeleted: _conversation_deleted,
+    InvocationSaved: _invocation,
+    InvocationState: _invocation_state,
+    RecoverySaved: _recovery,
+    RecoveryDeleted: _recovery_deleted,
 }
 
 
@@ -161,13 +216,22 @@ class MemoryStore:
             del tables.identities[sid]
         identities = sorted(tables.identities.values(), key=lambda i: (i.at, i.session_id))
         recent = identities[-self.identity_limit:] if self.identity_limit > 0 else []
+        finished_cutoff = time.time() - FINISHED_KEEP_S
+        for job_id in [i for i, (job, at) in tables.invocations.items()
+                       if job.state not in UNFINISHED and at < finished_cutoff]:
+            del tables.invocations[job_id]
         return Snapshot(
             identities=recent,
             runs=[RunSaved(r.run_id, copy_payload(r.record)) for r in tables.runs.values()],
             sticky=[StickyRow(dataclasses.replace(e, attachments=copy_payload(e.attachments)),
                               list(tables.answered.get(seq, [])))
                     for seq, e in sorted(tables.sticky.items())],
-            deliveries=list(tables.deliveries.values()), grant_key=self._grant_key)
+            deliveries=list(tables.deliveries.values()),
+            conversations=list(tables.conversations.values()),
+            invocations=[job for job, _ in tables.invocations.values() if job.state in UNFINISHED],
+            recoveries=[dataclasses.replace(r, drafts=copy_payload(r.drafts))
+                        for r in tables.recoveries.values()],
+            grant_key=self._grant_key)
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         self._check_open()

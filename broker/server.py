@@ -21,6 +21,7 @@ from pathlib import Path
 import zmq
 from zmq.backend import zmq_poll
 
+from schemas.agent_config import load_agents
 from schemas.envelopes import error_result
 from schemas.errors import BusError
 from schemas.limits import LEASE_RENEW_S, LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
@@ -75,6 +76,11 @@ class BrokerSettings:
     synchronous: str = "FULL"
     curve_dir: Path | None = None      # CURVE keys (python -m broker keys); None: no CURVE
     insecure: bool = False             # allow a non-loopback TCP bind without CURVE
+    data_dir: Path | None = None       # holds agents/<agent>/config (default: the db's directory)
+
+    @property
+    def agents_dir(self) -> Path:
+        return (self.data_dir or self.db_path.parent) / "agents"
 
 
 class Broker:
@@ -103,7 +109,8 @@ class Broker:
             snapshot = self._open_store()
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
                                  warnings=self.warnings, pub_endpoint=settings.pub_endpoint)
-            self.engine.restore(snapshot)
+            restored = self.engine.restore(snapshot, time.time())
+            self._load_agents()
             self._bind()
         except Exception:
             self.close()
@@ -117,6 +124,8 @@ class Broker:
         self.frames_in = 0
         self.frames_out = 0
         self._written: dict[bytes, int] = {}   # bytes per identity this round (backlog)
+        if restored:
+            self._execute(restored)   # what the restore implies (jobs failed by the restart)
 
     # -- setup -------------------------------------------------------------------------
 
@@ -152,6 +161,14 @@ class Broker:
         except StoreOpenError as exc:
             raise StartupError(str(exc)) from None
         return snapshot
+
+    def _load_agents(self) -> None:
+        """Give the engine the agents' settings files (at start and on SIGHUP); a bad
+        file costs one error line and its defaults, never the start."""
+        agents, problems = load_agents(self.settings.agents_dir)
+        for problem in problems:
+            self.log.error("agent_config_rejected", error=problem)
+        self.engine.set_agents(agents)
 
     def _bind(self) -> None:
         self.router = self.ctx.socket(zmq.ROUTER)
@@ -202,7 +219,8 @@ class Broker:
         self._stopping = True
 
     def reload(self) -> None:
-        """SIGHUP: re-read what may change while serving (the allowed CURVE keys)."""
+        """SIGHUP: re-read what may change while serving (the allowed CURVE keys, the
+        agents' config files)."""
         self._reload = True
 
     def serve_forever(self) -> None:
@@ -262,6 +280,8 @@ class Broker:
                 if self.curve is not None:
                     self.curve.reload()
                     self.log.info("curve_keys_reloaded", directory=str(self.curve.clients))
+                self._load_agents()
+                self.log.info("agent_config_reloaded", directory=str(self.settings.agents_dir))
             if commands:
                 self._execute(commands)
             if self._written:

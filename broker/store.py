@@ -37,19 +37,55 @@ from typing import Any, Callable, Iterator, Sequence
 import apsw
 import msgpack
 
-from .core.records import (RECORD_TYPES, IdentitySaved, LeaseReleased, LeaseRenewed, Record,
-                           RunEnded, RunSaved, Snapshot, StickyAnswered, StickyDelivery,
-                           StickyDropped, StickyRow, StickySaved)
-from .memory_store import IDENTITY_KEEP_S, IDENTITY_LIMIT, writer_for
+from .core.records import (RECORD_TYPES, ConversationDeleted, ConversationSaved, IdentitySaved,
+                           InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
+                           RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
+                           StickyAnswered, StickyDelivery, StickyDropped, StickyRow, StickySaved)
+from .memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, writer_for
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
 # someone else, and a sender waiting on it is better told so at once.
 BUSY_TIMEOUT_MS = 1000
 
-_SCHEMA = """
+# respond/invoke (version 3). response_recovery holds agents' exact undelivered output:
+# sensitive, never read back through a session (see the README).
+_AGENT_TABLES = """
+CREATE TABLE IF NOT EXISTS conversations (
+    agent TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    remote INTEGER NOT NULL,
+    last_active_at REAL,
+    session_id TEXT,
+    PRIMARY KEY (agent, channel)
+);
+CREATE TABLE IF NOT EXISTS invocations (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    from_channel TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    request TEXT NOT NULL,
+    state TEXT NOT NULL,               -- queued, started, done, failed
+    updated_at REAL NOT NULL,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS invocations_destination ON invocations (agent, channel, state);
+CREATE TABLE IF NOT EXISTS response_recovery (
+    agent TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    turn TEXT NOT NULL,
+    drafts BLOB NOT NULL,              -- msgpack [{id, text, completion, outcome}]
+    outcome TEXT NOT NULL,             -- pending, recovered, failed
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (agent, channel)
+);
+"""
+
+_SCHEMA = _AGENT_TABLES + """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS brokers (
     broker_id TEXT PRIMARY KEY,
@@ -108,6 +144,7 @@ UPDATE sticky SET position = ranked.rank FROM (
     FROM sticky) AS ranked
 WHERE sticky.seq = ranked.seq;
 """,
+    2: _AGENT_TABLES,
 }
 assert set(_MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -151,6 +188,33 @@ DELETE FROM sticky_delivery WHERE seq = :seq;
 DELETE FROM sticky WHERE seq = :seq;
 """
 
+_UPSERT_CONVERSATION = """
+INSERT INTO conversations (agent, channel, remote, last_active_at, session_id)
+VALUES (:agent, :channel, :remote, :last_active_at, :session_id)
+ON CONFLICT (agent, channel) DO UPDATE SET remote = excluded.remote,
+    last_active_at = excluded.last_active_at, session_id = excluded.session_id
+"""
+_DELETE_CONVERSATION = """
+DELETE FROM invocations WHERE agent = :agent AND channel = :channel AND state = 'queued';
+DELETE FROM response_recovery WHERE agent = :agent AND channel = :channel;
+DELETE FROM conversations WHERE agent = :agent AND channel = :channel;
+"""
+_INSERT_INVOCATION = """
+INSERT INTO invocations (id, agent, channel, from_channel, reason, created_at, request, state,
+                         updated_at)
+VALUES (:id, :agent, :channel, :from_channel, :reason, :created_at, :request, :state, :created_at)
+"""
+_INVOCATION_STATE = """
+UPDATE invocations SET state = :state, updated_at = :at, error = :error WHERE id = :id
+"""
+_UPSERT_RECOVERY = """
+INSERT INTO response_recovery (agent, channel, turn, drafts, outcome, updated_at)
+VALUES (:agent, :channel, :turn, :drafts, :outcome, :at)
+ON CONFLICT (agent, channel) DO UPDATE SET turn = excluded.turn, drafts = excluded.drafts,
+    outcome = excluded.outcome, updated_at = excluded.updated_at
+"""
+_DELETE_RECOVERY = "DELETE FROM response_recovery WHERE agent = :agent AND channel = :channel"
+
 # -- reads, columns named as the record fields they fill --------------------------------
 
 _META_TABLE = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
@@ -166,6 +230,19 @@ SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachm
 FROM sticky ORDER BY seq
 """
 _SELECT_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
+_SELECT_CONVERSATIONS = """
+SELECT agent, channel, remote, last_active_at, session_id FROM conversations ORDER BY rowid
+"""
+_PRUNE_INVOCATIONS = """
+DELETE FROM invocations WHERE state NOT IN ('queued', 'started') AND updated_at < :cutoff
+"""
+_SELECT_INVOCATIONS = """
+SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
+WHERE state IN ('queued', 'started') ORDER BY rowid
+"""
+_SELECT_RECOVERIES = """
+SELECT agent, channel, turn, drafts, outcome, updated_at AS at FROM response_recovery ORDER BY rowid
+"""
 _COUNT_LIVE = """
 SELECT count(*) AS live FROM brokers WHERE lease_until > :now AND broker_id IS NOT :exclude
 """
@@ -309,6 +386,12 @@ class SqliteStore:
             StickyAnswered: self._answered,
             StickyDelivery: self._delivery,
             StickyDropped: self._drop,
+            ConversationSaved: self._conversation,
+            ConversationDeleted: self._conversation_deleted,
+            InvocationSaved: self._invocation,
+            InvocationState: self._invocation_state,
+            RecoverySaved: self._recovery,
+            RecoveryDeleted: self._recovery_deleted,
         }
 
     def _prepare_schema(self) -> None:
@@ -365,11 +448,18 @@ class SqliteStore:
                     for row in _rows(conn, _SELECT_RUNS)]
             sticky = [_sticky_row(row) for row in _rows(conn, _SELECT_STICKY)]
             deliveries = [StickyDelivery(**row) for row in _rows(conn, _SELECT_DELIVERIES)]
+            conversations = [ConversationSaved(**{**row, "remote": bool(row["remote"])})
+                             for row in _rows(conn, _SELECT_CONVERSATIONS)]
+            conn.execute(_PRUNE_INVOCATIONS, {"cutoff": time.time() - FINISHED_KEEP_S})
+            invocations = [InvocationSaved(**row) for row in _rows(conn, _SELECT_INVOCATIONS)]
+            recoveries = [RecoverySaved(**{**row, "drafts": _unpack(row["drafts"])})
+                          for row in _rows(conn, _SELECT_RECOVERIES)]
             conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('grant_key', :v)",
                          {"v": secrets.token_hex(32)})
             (key,) = (row["value"] for row in _rows(conn, "SELECT value FROM meta WHERE key = 'grant_key'"))
         return Snapshot(identities=identities, runs=runs, sticky=sticky, deliveries=deliveries,
-                        grant_key=bytes.fromhex(key))
+                        conversations=conversations, invocations=invocations,
+                        recoveries=recoveries, grant_key=bytes.fromhex(key))
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         (row,) = _rows(self.conn, _COUNT_LIVE, {"now": now, "exclude": exclude})
@@ -406,6 +496,24 @@ class SqliteStore:
 
     def _drop(self, record: StickyDropped) -> None:
         self.conn.execute(_DELETE_STICKY, _params(record))
+
+    def _conversation(self, record: ConversationSaved) -> None:
+        self.conn.execute(_UPSERT_CONVERSATION, _params(record))
+
+    def _conversation_deleted(self, record: ConversationDeleted) -> None:
+        self.conn.execute(_DELETE_CONVERSATION, _params(record))
+
+    def _invocation(self, record: InvocationSaved) -> None:
+        self.conn.execute(_INSERT_INVOCATION, _params(record))
+
+    def _invocation_state(self, record: InvocationState) -> None:
+        self.conn.execute(_INVOCATION_STATE, _params(record))
+
+    def _recovery(self, record: RecoverySaved) -> None:
+        self.conn.execute(_UPSERT_RECOVERY, _params(record, drafts=_pack(record.drafts)))
+
+    def _recovery_deleted(self, record: RecoveryDeleted) -> None:
+        self.conn.execute(_DELETE_RECOVERY, _params(record))
 
 
 Store = SqliteStore   # the name older imports use

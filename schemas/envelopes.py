@@ -68,3 +68,16 @@ def presence(name: str, row: dict[str, Any], group: str | None = None) -> dict[s
 
 def heartbeat() -> dict[str, Any]:
     return {"v": _V, "k": "hb"}
+
+
+def output(channel: str, content: str, attachments: list, final: bool,
+           from_session: str) -> dict[str, Any]:
+    """A respond delivered to ``channel`` (in-band to its session, and on PUB)."""
+    return {"v": _V, "k": "event", "event": "output", "channel": channel, "content": content,
+            "attachments": attachments, "final": final, "fromSession": from_session}
+
+
+def invocation(job_id: str, agent: str, from_session: str, reason: str) -> dict[str, Any]:
+    """An invoke job handed to its destination session."""
+    return {"v": _V, "k": "event", "event": "invocation", "id": job_id, "agent": agent,
+            "fromSession": from_session, "reason": reason}

@@ -51,6 +51,12 @@ _TABLE = [
     ErrorSpec("invalid_status", "request", "Status must be 'idle', 'thinking' or 'tool:<name>' "
               "(a noninteractive child may also report completed, failed, interrupted or cancelled)"),
     ErrorSpec("message_id_conflict", "request", "Message id {id!r} was already used for a different message"),
+    ErrorSpec("invalid_channel", "request", "{channel!r} is not a channel id: expected "
+              "<platform>:<id> with platform discord, remote or internal, at most {limit} characters"),
+    ErrorSpec("invalid_agent", "request", "Agent name {agent!r} is not safe: 1-{limit} characters "
+              "of A-Z a-z 0-9 . _ -, not starting with '.'"),
+    ErrorSpec("invoke_alias", "request", "invoke needs an explicit session id from list_sessions, "
+              "not the alias {session!r}"),
     # -- target --------------------------------------------------------------------
     ErrorSpec("target_not_found", "target", "No session you can see matches {to!r}; use intercom list to find targets"),
     ErrorSpec("ambiguous_target", "target", "{to!r} matches several sessions ({candidates}); use the full session id"),
@@ -62,16 +68,44 @@ _TABLE = [
     ErrorSpec("ambiguous_stage", "target", "{to!r} matches several live stages ({candidates}); ask by the exact stage path from intercom list"),
     ErrorSpec("invalid_path", "target", "{to!r} is not a valid workflow path: {detail}"),
     ErrorSpec("not_supervisor", "target", "This session has no supervisor to contact"),
+    ErrorSpec("channel_not_found", "target", "No session {channel!r} exists for agent {agent!r}; "
+              "use list_sessions to find its sessions"),
+    ErrorSpec("owner_not_configured", "target", "Agent {agent!r} has no owner: set ownerId in "
+              "agents/{agent}/config/agent.toml in the broker's data directory"),
+    ErrorSpec("remote_channel_refused", "target", "A remote session may respond only to 'current' "
+              "or a remote: session of its agent, not {channel!r}"),
+    ErrorSpec("attachments_unsupported", "target", "Channel {channel!r} does not support "
+              "attachments (only discord: channels do); send the text without them"),
+    ErrorSpec("invoke_self", "target", "Cannot invoke the current session"),
+    ErrorSpec("invoke_ephemeral", "target", "Session {session!r} is ephemeral: only persistent "
+              "sessions can be invoked"),
+    ErrorSpec("invoke_remote_target", "target", "Session {session!r} is remote: remote sessions "
+              "cannot be invoked"),
+    ErrorSpec("invoke_cross_agent", "target", "Session {session!r} belongs to another agent: "
+              "invoke reaches only this agent's sessions"),
     # -- authority -----------------------------------------------------------------
     ErrorSpec("grant_required", "authority", "A grant is required to {what}: the session that "
               "launches this one receives it (register_run's grants, grant_child) and passes it on"),
     ErrorSpec("invalid_grant", "authority", "The grant does not allow this session to {what} "
               "(another stage, run or launcher, or revoked)"),
     ErrorSpec("auth_failed", "authority", "The broker refused this client's CURVE key: {detail}"),
+    ErrorSpec("no_agent", "authority", "This session belongs to no agent; connect with agent=... "
+              "to use {what}"),
+    ErrorSpec("invoke_remote_caller", "authority", "A remote session cannot invoke other sessions"),
+    ErrorSpec("invoke_disabled", "authority", "invoke is not enabled for agent {agent!r}: set "
+              "invoke = true in agents/{agent}/config/tools.toml in the broker's data directory"),
     # -- state ---------------------------------------------------------------------
     ErrorSpec("not_member", "state", "This session is not a member of group {group!r}"),
     ErrorSpec("last_group", "state", "Cannot leave {group!r}: it is this session's only group; use leave without a group to reset"),
     ErrorSpec("queue_full", "state", "Pending stage message queue is full (limit {limit})"),
+    ErrorSpec("channel_in_use", "state", "Agent {agent!r} already has a live session on "
+              "channel {channel!r}; close it first or connect with another channel"),
+    ErrorSpec("not_persistent", "state", "This session is ephemeral (or was deleted): only a "
+              "persistent session can be reset or deleted"),
+    ErrorSpec("too_many_invocations", "state", "Session {session!r} already has {limit} queued "
+              "invocations, its limit; wait for it to take some"),
+    ErrorSpec("unknown_invocation", "state", "No invocation {id!r} was handed to this session "
+              "and is still running"),
     ErrorSpec("pending_stage_ask_unsupported", "state",
               "{to!r} is not a live stage: ask needs a running, reply-capable target; use send, "
               "which queues for the stage because it may start much later or never"),

@@ -27,7 +27,8 @@ from typing import Any
 
 from .errors import BusError
 from .generated import main, replace_section
-from .limits import MAX_BATCH, MAX_FRAME_BYTES, MAX_NAME_CHARS, MAX_SEND_ITEMS
+from .limits import (MAX_BATCH, MAX_CHANNEL_CHARS, MAX_FRAME_BYTES, MAX_MESSAGE_CHARS,
+                     MAX_NAME_CHARS, MAX_SEND_ITEMS)
 
 CLIENT, BROKER = "client → broker", "broker → client"
 ID_MAX = 128
@@ -94,6 +95,10 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("statusSuffix", _STR_OR_NULL, "configured status suffix"),
         _f("notifyUndeliverable", (bool, _NONE), "send undeliverable notices for sticky entries"),
         _f("grant", _STR_OR_NULL, "the grant a stage or a child got from its launcher"),
+        _f("channel", _STR_OR_NULL, "an agent session's channel id (default internal:<session id>)",
+           max_len=MAX_CHANNEL_CHARS),
+        _f("persistent", (bool, _NONE), "an agent session's lifetime: kept after it leaves "
+           "(default true) or forgotten"),
     ), request=True),
     Kind("call", CLIENT, "One intercom tool call: ``action`` and the tool's parameters.", (
         _f("action", object, "list, groups, join, leave, send, ask, reply, pending or status "
@@ -133,6 +138,43 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          "child passes with ``parent`` at connect. Answered ``{grant}``.", (
         _f("for", str, "what the grant is for: child", max_len=16),
     ), request=True),
+    Kind("respond", CLIENT, "Post the agent's output to a channel; answered ``{final, sent, "
+         "channel[, draft]}``.", (
+        _f("content", str, "the exact text (a draft already turned into its text)",
+           required=True, max_len=MAX_MESSAGE_CHARS),
+        _f("draft", _STR_OR_NULL, "the draft id when sent by reference", max_len=ID_MAX),
+        _f("channel", str, "current (default), last, owner or a channel id of the agent",
+           max_len=MAX_CHANNEL_CHARS),
+        _f("attachments", list, "[{path, altText?}] (discord: channels only)", max_len=None),
+        _f("final", bool, "the turn's final message (default true)"),
+    ), request=True),
+    Kind("sessions", CLIENT, "The caller's agent's sessions: ``{sessions: [...]}``.", (),
+         request=True),
+    Kind("invoke", CLIENT, "Queue a one-shot turn in another persistent session of the agent; "
+         "answered ``{queued, id, session}`` once the job is committed.", (
+        _f("session", str, "the destination's channel id", required=True,
+           max_len=MAX_CHANNEL_CHARS),
+        _f("reason", str, "why the destination should take a turn", required=True),
+    ), request=True),
+    Kind("finish_invocation", CLIENT, "The outcome of an invocation handed to this session; "
+         "the request's ``id`` is the invocation's id.", (
+        _f("ok", bool, "the turn succeeded", required=True),
+        _f("error", _STR_OR_NULL, "why it failed"),
+    ), request=True),
+    Kind("turn", CLIENT, "The session starts a turn (it becomes the agent's most recently "
+         "active session).", (
+        _f("turn", str, "the turn id", max_len=ID_MAX),
+    )),
+    Kind("recovery", CLIENT, "The current rejected-output turn of this session, kept in the "
+         "broker's response_recovery table (persistent sessions only).", (
+        _f("turn", str, "the turn id", required=True, max_len=ID_MAX),
+        _f("drafts", list, "[{id, text, completion, outcome}]", required=True, max_len=None),
+        _f("outcome", str, "pending, recovered or failed", required=True, max_len=16),
+    ), request=True),
+    Kind("reset", CLIENT, "Forget this persistent session's response recovery row.", (),
+         request=True),
+    Kind("delete", CLIENT, "Delete this persistent session's record, recovery row and queued "
+         "invocations; the live session goes on as ephemeral.", (), request=True),
     Kind("bye", CLIENT, "Close the session now."),
     Kind("hb", CLIENT, "Heartbeat; answered with ``hb``. Also sent whenever ``read`` has "
          "grown by an eighth of the welcome's ``backlogBytes``.", (
@@ -179,8 +221,11 @@ BROKER_KINDS: tuple[Kind, ...] = (
         _f("ids", list, "their ids", required=True, max_len=None),
     )),
     Kind("event", BROKER, "An in-band event: presence (``session_joined``, "
-         "``session_left``, ``presence_update`` with the session's row) or "
-         "``undeliverable``. Presence is also published on PUB, topic = group.", (
+         "``session_left``, ``presence_update`` with the session's row), "
+         "``undeliverable``, ``output`` (a respond to this session's channel; also "
+         "published on PUB, topic ``channel:<channel id>``) or ``invocation`` (a turn "
+         "another session of the agent asked for). Presence is also published on PUB, "
+         "topic = group.", (
         _f("event", str, "event name", required=True),
         _f("session", dict, "the session's public row (presence)"),
         _f("group", str, "the group (PUB only)"),
@@ -191,7 +236,15 @@ BROKER_KINDS: tuple[Kind, ...] = (
         _f("messageId", str, "undeliverable: the sticky message", max_len=ID_MAX),
         _f("runId", str, "undeliverable: its run", max_len=None),
         _f("target", str, "undeliverable: its target", max_len=None),
-        _f("reason", str, "undeliverable: why"),
+        _f("reason", str, "undeliverable: why; invocation: the caller's reason"),
+        _f("channel", str, "output: the channel id", max_len=MAX_CHANNEL_CHARS),
+        _f("content", str, "output: the text", max_len=None),
+        _f("attachments", list, "output: [{path, altText?}]", max_len=None),
+        _f("final", bool, "output: the turn's final message"),
+        _f("fromSession", str, "output, invocation: the sender's channel id",
+           max_len=MAX_CHANNEL_CHARS),
+        _f("id", str, "invocation: the job id (report it with finish_invocation)", max_len=ID_MAX),
+        _f("agent", str, "invocation: the calling agent"),
     )),
     Kind("hb", BROKER, "Heartbeat answer."),
 )

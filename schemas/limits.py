@@ -22,8 +22,13 @@ ASK_TIMEOUT_S = 600.0
 MAX_ASK_TIMEOUT_S = 86_400.0       # per-call or configured ask timeouts are capped here
 LEASE_S = 120.0
 LEASE_RENEW_S = 30.0
-INVOKE_RECHECK_S = 1.0
-ALT_TEXT_CHARS = 1024
+INVOKE_RECHECK_S = 1.0             # a busy invoke destination is checked again this often
+ALT_TEXT_CHARS = 1024              # an image attachment's altText (respond)
+MAX_CHANNEL_CHARS = 512            # a channel id: <platform>:<rest>
+MAX_AGENT_CHARS = 128              # an agent name (it becomes a directory name)
+MAX_REASON_CHARS = 4096            # an invoke reason
+MAX_QUEUED_INVOCATIONS = 100       # unstarted invoke jobs per destination conversation
+MAX_RECOVERY_DRAFTS = 64           # drafts one response_recovery row keeps
 
 HEARTBEAT_S = 1.0                  # client sends a heartbeat this often when idle
 LIVENESS_S = 3.0                   # a session silent this long is gone

@@ -32,6 +32,26 @@ SENT, ACKED = "sent", "acked"
 
 WORKFLOW_OPS = ("register_run", "add_stages", "stage_state", "end_run", "revoke_stage")
 
+# respond / invoke: channel ids are ``<platform>:<rest>``; aliases a caller may name.
+CHANNEL_PLATFORMS = ("discord", "remote", "internal")
+DISCORD, REMOTE, INTERNAL = CHANNEL_PLATFORMS
+ATTACHMENT_PLATFORMS = frozenset({DISCORD})         # platforms that carry attachments
+CURRENT, LAST, OWNER = "current", "last", "owner"
+CHANNEL_ALIASES = (CURRENT, LAST, OWNER)
+OUTPUT, INVOCATION = "output", "invocation"         # event names
+# An invoke job's life (broker.core.invocations) and a recovery row's outcomes.
+QUEUED, STARTED, DONE, FAILED = "queued", "started", "done", "failed"
+INVOCATION_STATES = (QUEUED, STARTED, DONE, FAILED)
+DRAFT_COMPLETIONS = ("complete", "incomplete", "unknown")
+DRAFT_OUTCOMES = ("pending", "delivered", "replaced", "declined")
+RECOVERY_OUTCOMES = ("pending", "recovered", "failed")
+CHANNEL_TOPIC_PREFIX = "channel:"
+
+
+def channel_topic(channel: str) -> str:
+    """The PUB topic outputs to ``channel`` are published under."""
+    return CHANNEL_TOPIC_PREFIX + channel
+
 
 def run_group(run_id: str) -> str:
     """The invocation group of a run."""

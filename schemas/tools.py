@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .limits import (ALT_TEXT_CHARS, MAX_ATTACHMENT_CHARS, MAX_ATTACHMENTS, MAX_GROUP_CHARS,
-                     MAX_MESSAGE_CHARS, MAX_TARGET_CHARS)
+from .limits import (ALT_TEXT_CHARS, MAX_ATTACHMENT_CHARS, MAX_ATTACHMENTS, MAX_CHANNEL_CHARS,
+                     MAX_GROUP_CHARS, MAX_MESSAGE_CHARS, MAX_REASON_CHARS, MAX_TARGET_CHARS)
 
 INTERCOM_ACTIONS = ("list", "groups", "join", "leave", "send", "ask", "reply", "pending", "status")
 
@@ -48,6 +48,14 @@ INTERCOM_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+# One respond attachment: a path the broker carries, not the file's bytes.
+OUTPUT_ATTACHMENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"path": {"type": "string", "minLength": 1, "maxLength": 4096},
+                   "altText": {"type": "string", "maxLength": ALT_TEXT_CHARS,
+                               "description": "image paths only"}},
+    "required": ["path"], "additionalProperties": False}
+
 RESPOND_SCHEMA: dict[str, Any] = {
     "title": "respond",
     "description": "Post this agent's output to a channel (a session of the same agent).",
@@ -55,12 +63,9 @@ RESPOND_SCHEMA: dict[str, Any] = {
     "properties": {
         "content": {"type": "string", "maxLength": MAX_MESSAGE_CHARS},
         "draft": {"type": "string", "minLength": 1, "maxLength": 128},
-        "channel": {"type": "string", "minLength": 1, "maxLength": MAX_TARGET_CHARS},
-        "attachments": {"type": "array", "maxItems": MAX_ATTACHMENTS, "items": {
-            "type": "object",
-            "properties": {"path": {"type": "string", "minLength": 1, "maxLength": 4096},
-                           "altText": {"type": "string", "maxLength": ALT_TEXT_CHARS}},
-            "required": ["path"], "additionalProperties": False}},
+        "channel": {"type": "string", "minLength": 1, "maxLength": MAX_CHANNEL_CHARS},
+        "attachments": {"type": "array", "maxItems": MAX_ATTACHMENTS,
+                        "items": OUTPUT_ATTACHMENT_SCHEMA},
         "final": {"type": "boolean"},
     },
     "oneOf": [{"required": ["content"]}, {"required": ["draft"]}],
@@ -72,8 +77,8 @@ INVOKE_SCHEMA: dict[str, Any] = {
     "description": "Queue a turn in another existing session of the same agent.",
     "type": "object",
     "properties": {
-        "session": {"type": "string", "minLength": 1, "maxLength": MAX_TARGET_CHARS},
-        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE_CHARS},
+        "session": {"type": "string", "minLength": 1, "maxLength": MAX_CHANNEL_CHARS},
+        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_REASON_CHARS},
     },
     "required": ["session", "reason"],
     "additionalProperties": False,

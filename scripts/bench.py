@@ -40,6 +40,9 @@ Sections (``SECTIONS``; run in order, select with ``--only``):
                 ``queued`` answers, which the broker sends after the SQLite commit.
                 1 and 4 sender processes (one run each), plus the same total spread
                 over many small runs (isolates group commit from per-run costs).
+                Beside it: invoke jobs committed per second (one caller pipelining
+                ``invoke`` to offline persistent conversations; each ``queued`` answer
+                is sent after its ``invocations`` row is committed).
                 Baseline: a raw apsw loop, one transaction per row of the same table
                 and row size, WAL, ``synchronous=FULL`` (the broker's default; NORMAL
                 as a second line), fresh db file in the tmp dir. Afterwards the

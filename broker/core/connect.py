@@ -28,7 +28,8 @@ from schemas.limits import MAX_NAME_CHARS
 from schemas.names import (IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES, SESSION_KINDS,
                            STAGE, TERMINAL, TERMINAL_CHILD_STATUSES, THINKING, TOOL_PREFIX)
 
-from . import asking, backlog
+from . import asking, backlog, conversations, invoking
+from .agents import welcome_fields
 from .authority import check_claimed
 from .commands import Send
 from .grants import check_child
@@ -48,7 +49,8 @@ def token_hash(token: str) -> str:
 def hello(state: State, identity: bytes, current: Session | None, env: dict, re: str,
           now: float) -> None:
     """Raises BusError(already_connected | invalid_name | bad_envelope | unknown_run |
-    invalid_path | workflow_different_group)."""
+    invalid_path | workflow_different_group | invalid_agent | invalid_channel |
+    channel_in_use)."""
     if current is not None:
         if env.get("sessionId") == current.id and _token_ok(current, env.get("token")):
             backlog.restart(current)
@@ -67,6 +69,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         _reattach(state, live, identity, re, now)
         return
 
+    claim = conversations.claim(state, env)
     _check_room(state)
     parent_id = env.get("parent") or None
     if parent_id is not None:
@@ -96,6 +99,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
         connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=state.peer)
     state.registry.add(session)
+    conversation = conversations.opened(state, session, claim)
     _remember(state, session)
     membership_changed(state, session, set(), set(session.groups), connecting=True)
     state.stats["sessions.opened"] += 1
@@ -112,6 +116,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         transcript = env.get("transcript") or session.atomic_session_id or session.id
         bind(state, session, *stage, transcript, now)
     host_returned(state, session)
+    conversations.joined(state, conversation, now)
 
 
 def welcome(state: State, session: Session) -> dict[str, Any]:
@@ -121,6 +126,7 @@ def welcome(state: State, session: Session) -> dict[str, Any]:
         "brokerId": state.broker_id, "livenessS": state.limits.liveness_s,
         "parent": session.parent_id, "pubEndpoint": state.pub_endpoint,
         "backlogBytes": state.limits.max_backlog_bytes,
+        **welcome_fields(state.conversations.by_session.get(session.id)),
     }
 
 
@@ -155,6 +161,8 @@ def lifecycle(state: State, session: Session, env: dict, re: str | None, now: fl
             raise BusError("bad_envelope", detail="replyCapability must be 'live' or 'terminal'")
         asking.set_capability(state, session, capability)
     status_changed(state, session)
+    if status is not None:
+        invoking.status_changed(state, session, now)
     if re is not None:
         state.answer(session, re, {"status": session.status_text})
 
@@ -168,6 +176,7 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
     membership_changed(state, session, before, set(), departing=True)
     asking.session_gone(state, session)
     unbind(state, session)
+    conversations.left(state, session)
 
 
 def _reattach(state: State, session: Session, identity: bytes, re: str, now: float) -> None:

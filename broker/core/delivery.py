@@ -4,7 +4,8 @@ Every message a session receives leaves through :func:`deliver` (or its batch fo
 :func:`deliver_texts`), which emits one :class:`~broker.core.commands.Deliver`
 command; the final pass (:mod:`broker.core.outbox`) builds the envelope. An ordinary
 message (not an ask) is remembered for its recipient, so a later ``reply`` can name
-it; asks are remembered by the ask table instead.
+it; asks are remembered by the ask table instead. A message makes an agent session's
+conversation active (``respond`` channel ``last``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def deliver(state: State, sender_id: str, sender_name: str, target: Session, msg
     """One message for ``target``; ``extra`` holds the optional declared ``msg`` fields."""
     if not expects_reply:
         state.recent_for(target)[msg_id] = sender_id
+    if target.agent is not None:
+        state.conversations.touch(target.id, state.wall)
     state.out.append(Deliver(target.identity, sender_id, sender_name, sent_at, [msg_id],
                              [message], attachments or [], expects_reply, extra))
 
@@ -30,4 +33,6 @@ def deliver_texts(state: State, sender: Session, target: Session, ids: list[str]
                   texts: list[str]) -> None:
     """Plain text messages (no attachments, not asks) from ``sender``, in order."""
     state.recent_for(target).put_all(ids, value=sender.id)
+    if target.agent is not None:
+        state.conversations.touch(target.id, state.wall)
     state.out.append(Deliver(target.identity, sender.id, sender.name, state.wall, ids, texts))

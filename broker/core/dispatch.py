@@ -18,7 +18,9 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from . import connect, grants, hosting, membership, messaging, stages
+from . import connect, conversations, grants, hosting, invoking, membership, messaging, stages
+from .recovery import recovery
+from .respond import respond
 from .params import tool_params
 from .state import State
 
@@ -72,6 +74,14 @@ KINDS: dict[str, Route] = {
     "status": Route(connect.lifecycle),
     "received": Route(_received),
     "grant": Route(_grant, "a grant request needs a string id"),
+    "respond": Route(respond, "a respond needs a string id"),
+    "sessions": Route(conversations.sessions, "a sessions request needs a string id"),
+    "invoke": Route(invoking.invoke, "an invoke needs a string id"),
+    "finish_invocation": Route(invoking.finish, "finish_invocation needs a string id"),
+    "turn": Route(conversations.turn),
+    "recovery": Route(recovery, "a recovery report needs a string id"),
+    "reset": Route(conversations.reset, "a reset needs a string id"),
+    "delete": Route(conversations.delete, "a delete needs a string id"),
     "bye": Route(connect.bye),
     "hb": Route(connect.heartbeat),
 }
@@ -98,7 +108,7 @@ WORKFLOW_OPS: dict[str, Callable[..., dict[str, Any]]] = {
 
 # Kinds a client sends without an id: a refusal is counted, not answered (except
 # not_connected, which tells a client whose session is gone to say hello again).
-_UNANSWERED = frozenset({"hb", "status", "bye", "received"})
+_UNANSWERED = frozenset({"hb", "status", "bye", "received", "turn"})
 
 
 def handle(state: State, identity: bytes, env: Any, now: float) -> None:

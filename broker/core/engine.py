@@ -28,17 +28,21 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from schemas.agent_config import AgentSettings
 from schemas.errors import BusError
+from schemas.names import FAILED, QUEUED, STARTED
 
-from . import asking, backlog, connect
+from . import asking, backlog, connect, invoking
+from .agents import Conversation
 from .commands import Answer, Command
 from .dedup import fingerprint
+from .invocations import RESTARTED, RESTARTED_TEXT, Job
 from .dispatch import handle
 from .outbox import render
 from .paths import parse_path
-from .records import Snapshot
+from .records import InvocationState, Snapshot
 from .runs import Run
 from .sessions import Registry
 from .state import IdentityRecord, Limits, State
@@ -96,9 +100,18 @@ class Engine:
 
     # -- inputs --------------------------------------------------------------------------
 
-    def restore(self, snapshot: Snapshot) -> None:
-        """Take back what the store kept: identities, runs, sticky entries."""
+    def set_agents(self, settings: Mapping[str, AgentSettings]) -> None:
+        """The per-agent settings in force (the shell reads them from the agents' config
+        files at start and on SIGHUP); an agent not named has the defaults."""
+        self.state.conversations.settings = dict(settings)
+
+    def restore(self, snapshot: Snapshot, wall: float = 0.0) -> list[Command]:
+        """Take back what the store kept: identities, runs, sticky entries, agents'
+        conversations and invoke jobs. Returns the store writes this implies: a job
+        that was started before the broker stopped is failed, never handed over again."""
         state = self.state
+        state.wall = wall
+        self._restore_agents(snapshot)
         if snapshot.grant_key:
             state.grant_key = snapshot.grant_key
         for saved in snapshot.identities:
@@ -127,6 +140,19 @@ class Engine:
             state.ids.record(entry.message_id, entry.sender_id,
                              fingerprint("send", str(entry.target), entry.message, None,
                                          entry.attachments), entry.answer())
+        return self._flush()
+
+    def _restore_agents(self, snapshot: Snapshot) -> None:
+        state = self.state
+        for saved in snapshot.conversations:
+            state.conversations.add(Conversation(saved.agent, saved.channel, True,
+                                                 saved.last_active_at, saved.session_id))
+        for saved in snapshot.invocations:
+            if saved.state == QUEUED:
+                state.invocations.add(Job.from_record(saved))
+            elif saved.state == STARTED:
+                state.stats[f"invocations.{RESTARTED}"] += 1
+                state.persist(InvocationState(saved.id, FAILED, state.wall, RESTARTED_TEXT))
 
     def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None,
                 peer: str = "") -> list[Command]:
@@ -178,6 +204,7 @@ class Engine:
                 state.stats["sessions.expired"] += 1
                 connect.disconnect(state, session, "heartbeat", now)
         asking.expire(state, now)
+        invoking.recheck(state, now)
         return self._flush()
 
     def persisted(self, ticket: int, now: float, wall: float | None = None) -> list[Command]:
@@ -200,9 +227,13 @@ class Engine:
         return self._flush()
 
     def next_deadline(self) -> float:
-        """When :meth:`tick` next has work: the liveness sweep or an ask's deadline."""
-        ask_at = self.state.asks.next_deadline()
-        return self._next_sweep_at if ask_at is None or ask_at > self._next_sweep_at else ask_at
+        """When :meth:`tick` next has work: the liveness sweep, an ask's deadline or an
+        invoke destination's recheck."""
+        deadline = self._next_sweep_at
+        for at in (self.state.asks.next_deadline(), self.state.invocations.next_deadline()):
+            if at is not None and at < deadline:
+                deadline = at
+        return deadline
 
     def _flush(self) -> list[Command]:
         state = self.state

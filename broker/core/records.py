@@ -109,12 +109,78 @@ class StickyDropped:
     seq: int
 
 
+@dataclass(frozen=True, slots=True)
+class ConversationSaved:
+    """A persistent conversation of an agent (upserted by agent and channel)."""
+
+    agent: str
+    channel: str
+    remote: bool
+    last_active_at: float | None
+    session_id: str | None          # its last live session
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationDeleted:
+    """The conversation is gone, with its response_recovery row and its queued invocations."""
+
+    agent: str
+    channel: str
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationSaved:
+    """One invoke job, as queued (see broker.core.invocations for its states)."""
+
+    id: str
+    agent: str
+    channel: str                    # the destination conversation
+    from_channel: str               # the caller's conversation
+    reason: str
+    created_at: float
+    request: str                    # the caller's session id and request id: a resend finds it
+    state: str = "queued"
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationState:
+    """A job moved to ``state`` (started, done or failed); an unknown id changes nothing."""
+
+    id: str
+    state: str
+    at: float
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverySaved:
+    """The latest rejected-output turn of a persistent conversation (replaces the last).
+
+    Sensitive: the drafts are the agent's exact undelivered output."""
+
+    agent: str
+    channel: str
+    turn: str
+    drafts: list                    # [{id, text, completion, outcome}]
+    outcome: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryDeleted:
+    agent: str
+    channel: str
+
+
 Record = (IdentitySaved | LeaseRenewed | LeaseReleased | RunSaved | RunEnded | StickySaved
-          | StickyAnswered | StickyDelivery | StickyDropped)
+          | StickyAnswered | StickyDelivery | StickyDropped | ConversationSaved
+          | ConversationDeleted | InvocationSaved | InvocationState | RecoverySaved
+          | RecoveryDeleted)
 
 RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     IdentitySaved, LeaseRenewed, LeaseReleased, RunSaved, RunEnded, StickySaved,
-    StickyAnswered, StickyDelivery, StickyDropped)}
+    StickyAnswered, StickyDelivery, StickyDropped, ConversationSaved, ConversationDeleted,
+    InvocationSaved, InvocationState, RecoverySaved, RecoveryDeleted)}
 
 
 @dataclass(slots=True)
@@ -133,6 +199,11 @@ class Snapshot:
     runs: list[RunSaved] = field(default_factory=list)
     sticky: list[StickyRow] = field(default_factory=list)
     deliveries: list[StickyDelivery] = field(default_factory=list)
+    conversations: list[ConversationSaved] = field(default_factory=list)
+    # Invoke jobs not finished (queued or started), oldest first; for a test to read
+    # what the store kept: recovery rows (the engine never restores them).
+    invocations: list[InvocationSaved] = field(default_factory=list)
+    recoveries: list[RecoverySaved] = field(default_factory=list)
     # The key grants are derived from; made once per database and shared by every
     # broker on it, so a grant outlives a restart (see broker.core.grants).
     grant_key: bytes = b""

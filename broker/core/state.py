@@ -25,10 +25,12 @@ from schemas.errors import BusError
 from schemas import limits
 from schemas.limits import ASK_TIMEOUT_S, LIVENESS_S, MAX_PENDING_ASKS
 
+from .agents import Conversations
 from .asks import AskTable
 from .bounded import RecentMap
 from .commands import Answer, Command, Persist
 from .dedup import MessageIds
+from .invocations import InvocationTable
 from .records import Record
 from .runs import Run
 from .sessions import Registry, Session
@@ -87,6 +89,9 @@ class State:
     # returning host finds its runs without a scan of every run).
     hosted: dict[str, set[str]] = field(default_factory=dict)
     hosted_before: dict[str, set[str]] = field(default_factory=dict)
+    # Agents' conversations (with their settings) and invoke jobs (respond/invoke).
+    conversations: Conversations = field(default_factory=Conversations)
+    invocations: InvocationTable = field(default_factory=InvocationTable)
     other_brokers: int = 0
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)

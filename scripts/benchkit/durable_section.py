@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchkit.config import Config, split_evenly
+from benchkit.invoke_jobs import enable_invoke, measure_invoke
 from benchkit.procs import Endpoints, Harness, Proc, broker_stats, measure_probe, proc_cpu_s
 from benchkit.report import Results, Row
 from benchkit.role_io import MESSAGE_BYTES
@@ -118,6 +119,8 @@ def section_durable(h: Harness, cfg: Config, results: Results) -> None:
     expected: dict[str, int] = {}
     anomalies: list[str] = []
     keys = [(f"bus{n}", n, 0) for n in cfg.durable_senders] + [("spread1", 1, cfg.durable_run_rows)]
+    invokes: list[dict] = []
+    enable_invoke(ep.data_dir, broker.pid)
     try:
         for rep in range(cfg.repeats):
             for sync in ("FULL", "NORMAL"):
@@ -150,6 +153,13 @@ def section_durable(h: Harness, cfg: Config, results: Results) -> None:
                     anomalies.append(f"[{rep + 1}] {what}: {bad}")
                     line += f"  ANOMALY: {bad}"
                 print(line, flush=True)
+            r = measure_invoke(ep.router, cfg.durable_count, cfg.durable_window, f"rep{rep}")
+            invokes.append(r)
+            print(f"  [{rep + 1}] invoke jobs committed, 1 caller, window {cfg.durable_window:<6}"
+                  f"{r['rate']:>9,.0f} jobs/s  (queued {r['queued']:,}"
+                  + (f"; not ok {r['not_ok']}" if r["not_ok"] else "") + ")", flush=True)
+            if r["not_ok"]:
+                anomalies.append(f"[{rep + 1}] invoke: not ok {r['not_ok']}")
         ok_live, live = check_sticky(db, expected, "live, broker running")
         print(f"  {live}", flush=True)
     finally:
@@ -163,7 +173,7 @@ def section_durable(h: Harness, cfg: Config, results: Results) -> None:
         print(f"  broker counters: frames_in={stats.get('frames_in')} "
               f"frames_out={stats.get('frames_out')} {refusals or 'no drops/refusals'}",
               flush=True)
-    results.extra["durable"] = {"raw": raw, "bus": runs, "expected_rows": sum(expected.values()),
+    results.extra["durable"] = {"raw": raw, "bus": runs, "invoke": invokes, "expected_rows": sum(expected.values()),
                                 "check_live": live, "check_after": after,
                                 "anomalies": anomalies, "broker_stats": stats}
 
@@ -187,6 +197,9 @@ def section_durable(h: Harness, cfg: Config, results: Results) -> None:
                                     "same table and row size" if first else ""),
                         target=1.0, note=note))
         first = False
+    results.add(Row("durable", "invoke jobs committed, 1 caller", "jobs/s", rates(invokes), full,
+                    base_label="raw apsw, 1 row/txn, WAL, synchronous=FULL",
+                    note="each queued answer is one committed invocations row"))
     results.add(Row("durable", f"durable enqueue, {cfg.durable_senders[0]} sender(s) vs NORMAL",
                     "rows/s", rates(runs[keys[0][0]]), normal,
                     base_label="raw apsw, 1 row/txn, WAL, synchronous=NORMAL"))

@@ -7,6 +7,7 @@ from typing import Any
 
 from broker.core import Engine, Limits, Persist, Publish, Send
 from broker.memory_store import MemoryStore
+from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
 
 
@@ -23,6 +24,7 @@ class Bus:
         self._new_ids = itertools.count(0xA0000001)
         self._tokens = itertools.count(1)
         self.store = MemoryStore()
+        self.agent_settings: dict[str, AgentSettings] = {}
         self.engine = self._engine()
         self.engine.restore(self.store.load())
         self.grants: dict[str, str] = {}   # stage path -> grant, as hosts were given them
@@ -33,15 +35,30 @@ class Bus:
         self.written: list = []           # records not yet committed to the store
 
     def _engine(self) -> Engine:
-        return Engine(broker_id="test", limits=self._limits,
-                      new_id=lambda: uuid_from(next(self._new_ids)),
-                      new_token=lambda: f"token-{next(self._tokens)}")
+        engine = Engine(broker_id="test", limits=self._limits,
+                        new_id=lambda: uuid_from(next(self._new_ids)),
+                        new_token=lambda: f"token-{next(self._tokens)}")
+        engine.set_agents(self.agent_settings)
+        return engine
 
-    def restart(self) -> None:
-        """The broker dies and comes back: what was committed is all it has."""
+    def restart(self) -> list:
+        """The broker dies and comes back: what was committed is all it has. Returns
+        the commands the restore asked for (tracked: ``commit`` writes them)."""
         self.engine = self._engine()
-        self.engine.restore(self.store.load())
         self.uncommitted, self.written = [], []
+        self.last = self._track(self.engine.restore(self.store.load(), self.now))
+        return self.last
+
+    def set_agents(self, **settings: AgentSettings) -> None:
+        """The shell read these agents' config files (as at start or on SIGHUP)."""
+        self.agent_settings = dict(settings)
+        self.engine.set_agents(self.agent_settings)
+
+    def request(self, identity: bytes, kind: str, msg_id: str | None = None, **fields: Any) -> dict:
+        """A request of ``kind`` (respond, invoke, sessions, ...) answered at once."""
+        msg_id = msg_id or f"r{next(self._ids)}"
+        out = self.feed(identity, envelope(kind, id=msg_id, **fields))
+        return result_for(out, identity, msg_id)
 
     def advance(self, seconds: float) -> list:
         self.now += seconds

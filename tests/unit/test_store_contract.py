@@ -17,10 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.core.records import (IdentitySaved, LeaseReleased, LeaseRenewed, RunEnded, RunSaved,
-                                 Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                                 StickyRow, StickySaved, Store)
-from broker.memory_store import IDENTITY_KEEP_S, MemoryStore
+from broker.core.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
+                                 InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed,
+                                 RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
+                                 StickyAnswered, StickyDelivery, StickyDropped, StickyRow,
+                                 StickySaved, Store)
+from broker.memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, MemoryStore
 from broker.store import SCHEMA_VERSION, SchemaError, SqliteStore
 
 NOW = time.time()
@@ -224,6 +226,62 @@ def test_a_released_lease_is_no_longer_counted(store):
     assert store.live_brokers(NOW, exclude="b2") == 0
 
 
+# -- agents' conversations, invoke jobs, response recovery --------------------------------
+
+def job(job_id: str, channel: str = "internal:b", **fields) -> InvocationSaved:
+    values = dict(id=job_id, agent="lys", channel=channel, from_channel="internal:a",
+                  reason="check in", created_at=NOW, request=f"s/{job_id}")
+    values.update(fields)
+    return InvocationSaved(**values)
+
+
+def conversation(channel: str, agent: str = "lys", at: float | None = NOW) -> ConversationSaved:
+    return ConversationSaved(agent, channel, channel.startswith("remote:"), at, "s-1")
+
+
+def draft_row(channel: str = "internal:b", turn: str = "t1", outcome: str = "pending") -> RecoverySaved:
+    drafts = [{"id": "d1", "text": "the answer", "completion": "complete", "outcome": "pending"}]
+    return RecoverySaved("lys", channel, turn, drafts, outcome, NOW)
+
+
+def test_a_conversation_saved_again_keeps_its_place_with_the_latest_activity(store):
+    store.apply([conversation("internal:a"), conversation("remote:x"),
+                 conversation("internal:a", at=NOW + 5)])
+    assert store.load().conversations == [conversation("internal:a", at=NOW + 5),
+                                          conversation("remote:x")]
+
+
+def test_unfinished_jobs_load_with_their_state_and_finished_ones_do_not(store):
+    store.apply([job("j1"), job("j2"), job("j3"), InvocationState("j2", "started", NOW),
+                 InvocationState("j3", "done", NOW), InvocationState("nope", "failed", NOW)])
+    assert store.load().invocations == [job("j1"), job("j2", state="started")]
+
+
+def test_a_job_id_stored_twice_fails_the_batch(store):
+    store.apply([job("j1")])
+    with pytest.raises(Exception):
+        store.apply([job("j2"), job("j1")])
+    assert [saved.id for saved in store.load().invocations] == ["j1"]
+
+
+def test_a_recovery_row_is_replaced_by_the_next_turn_and_reset_deletes_it(store):
+    store.apply([draft_row(turn="t1"), draft_row(turn="t2", outcome="failed")])
+    assert store.load().recoveries == [draft_row(turn="t2", outcome="failed")]
+    store.apply([RecoveryDeleted("lys", "internal:b")])
+    assert store.load().recoveries == []
+
+
+def test_deleting_a_conversation_takes_its_recovery_row_and_queued_jobs_only(store):
+    store.apply([conversation("internal:b"), conversation("internal:c"), draft_row(),
+                 draft_row("internal:c"), job("j1"), job("j2"), job("j3", "internal:c"),
+                 InvocationState("j2", "started", NOW)])
+    store.apply([ConversationDeleted("lys", "internal:b")])
+    snapshot = store.load()
+    assert snapshot.conversations == [conversation("internal:c")]
+    assert snapshot.recoveries == [draft_row("internal:c")]
+    assert [saved.id for saved in snapshot.invocations] == ["j2", "j3"]
+
+
 # -- both stores, random histories -------------------------------------------------------
 
 _times = st.sampled_from([NOW - 2, NOW - 1.5, NOW, NOW - IDENTITY_KEEP_S - DAY])
@@ -235,6 +293,11 @@ _seqs = st.integers(1, 3)
 _runs = st.sampled_from(["r1", "r2"])
 _stages = st.sampled_from(["a", "b"])
 _transcripts = st.sampled_from(["t1", "t2"])
+_agents = st.sampled_from(["lys", "ana"])
+_channels = st.sampled_from(["internal:a", "remote:b"])
+_job_ids = st.sampled_from(["j1", "j2", "j3"])
+_job_states = st.sampled_from(["queued", "started", "done", "failed"])
+_job_times = st.sampled_from([NOW, NOW - FINISHED_KEEP_S - DAY])
 
 _records = st.one_of(
     st.builds(IdentitySaved, st.sampled_from(["s1", "s2", "s3"]), st.none() | _names, _names,
@@ -251,6 +314,15 @@ _records = st.one_of(
     st.builds(StickyDelivery, _seqs, _stages, _transcripts, st.sampled_from(["sent", "acked"]),
               _times),
     st.builds(StickyDropped, _seqs),
+    st.builds(ConversationSaved, _agents, _channels, st.booleans(), st.none() | _times,
+              st.none() | _names),
+    st.builds(ConversationDeleted, _agents, _channels),
+    st.builds(InvocationSaved, _job_ids, _agents, _channels, _channels, _names, _job_times,
+              _names, _job_states),
+    st.builds(InvocationState, _job_ids, _job_states, _job_times, st.none() | _names),
+    st.builds(RecoverySaved, _agents, _channels, _names, st.lists(_plain, max_size=2), _names,
+              _times),
+    st.builds(RecoveryDeleted, _agents, _channels),
 )
 
 
@@ -374,3 +446,16 @@ def test_the_grant_key_is_made_once_and_kept(open_store):
     store = open_store()
     key = store.load().grant_key
     assert len(key) == 32 and store.load().grant_key == key
+
+
+def test_a_migrated_file_gains_the_respond_and_invoke_tables(tmp_path):
+    path = tmp_path / "v1.db"
+    write_version_1_file(path)
+    store = SqliteStore(path)
+    store.apply([conversation("internal:b"), job("j1"), draft_row()])
+    store.close()
+    again = SqliteStore(path)
+    snapshot = again.load()
+    again.close()
+    assert (snapshot.conversations, snapshot.invocations, snapshot.recoveries) == (
+        [conversation("internal:b")], [job("j1")], [draft_row()])

@@ -1,0 +1,198 @@
+"""invoke and finish_invocation, and handing queued jobs to their destinations.
+
+The job table and its states are :mod:`broker.core.invocations`; this module decides
+when a job moves. A job is answered ``queued: true`` only once its record is
+committed. It is handed over when its destination conversation has a live session
+whose status is ``idle``: at once, when that session connects or turns idle, when
+the previous job of that destination finishes, or at a recheck every
+INVOKE_RECHECK_S while the session is busy. A destination without a live session
+keeps its jobs until one connects.
+
+Invariant (at most once): :func:`hand_over` moves the job to ``started`` and writes
+that first; the ``invocation`` event is sent when the write is committed, and only to
+the session that was live when the job started. A started job whose session leaves
+before ``finish_invocation`` is failed, never handed over again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas import envelopes
+from schemas.errors import BusError
+from schemas.limits import INVOKE_RECHECK_S, MAX_QUEUED_INVOCATIONS, MAX_REASON_CHARS
+from schemas.names import CHANNEL_ALIASES, FAILED, IDLE, STARTED
+
+from .agents import Conversation
+from .channels import check_channel
+from .commands import Send
+from .invocations import (FINISHED_FAILED, FINISHED_OK, HAND_OVER, SESSION_ENDED,
+                          SESSION_ENDED_TEXT, WRITE_FAILED, Destination, Job)
+from .records import InvocationState
+from .sessions import Session
+from .state import State
+
+
+def caller_conversation(state: State, session: Session, what: str) -> Conversation:
+    """The conversation ``session`` speaks for. Raises BusError(no_agent)."""
+    conversation = state.conversations.by_session.get(session.id)
+    if conversation is None:
+        raise BusError("no_agent", what=what)
+    return conversation
+
+
+def invoke(state: State, session: Session, env: dict, re: str, now: float) -> None:
+    """Raises BusError(no_agent | invoke_disabled | invoke_remote_caller | invalid_params |
+    invoke_alias | invalid_channel | invoke_self | invoke_cross_agent | channel_not_found |
+    invoke_remote_target | invoke_ephemeral | too_many_invocations)."""
+    caller = caller_conversation(state, session, "invoke")
+    target = _destination(state, caller, env["session"])
+    reason = env["reason"]
+    if not 0 < len(reason) <= MAX_REASON_CHARS:
+        raise BusError("invalid_params", detail=f"reason must be 1 to {MAX_REASON_CHARS} characters")
+    table = state.invocations
+    request = f"{session.id}/{re}"
+    again = table.by_request.get(request)
+    if again is not None:
+        # A client resending after a reconnect or a broker restart: the same job. One
+        # still uncommitted is answered by its commit (to the session's new connection).
+        if again.committed:
+            state.answer(session, re, _queued(again))
+        return
+    if table.queued_count((target.agent, target.channel)) >= MAX_QUEUED_INVOCATIONS:
+        raise BusError("too_many_invocations", session=target.channel, limit=MAX_QUEUED_INVOCATIONS)
+    job = Job(state.new_id(), target.agent, target.channel, caller.channel, reason, state.wall,
+              request)
+    table.add(job)
+    state.stats["invocations.queued"] += 1
+
+    def committed(at: float) -> None:
+        job.committed = True
+        tell(state, session, re, _queued(job))
+        offer(state, job.destination, at)
+
+    def refused(at: float, error: BusError) -> None:
+        table.drop(job)
+        tell(state, session, re, error)
+
+    state.persist(job.record(), committed, refused)
+
+
+def _queued(job: Job) -> dict[str, Any]:
+    return {"queued": True, "id": job.id, "session": job.channel}
+
+
+def tell(state: State, session: Session, re: str, value: dict[str, Any] | BusError) -> None:
+    """A deferred answer, to the session's connection now (it may have moved)."""
+    live = state.registry.by_id.get(session.id)
+    if live is not None:
+        state.answer(live, re, value)
+
+
+def _destination(state: State, caller: Conversation, channel: str) -> Conversation:
+    conversations = state.conversations
+    if not conversations.settings_of(caller.agent).invoke:
+        raise BusError("invoke_disabled", agent=caller.agent)
+    if caller.remote:
+        raise BusError("invoke_remote_caller")
+    if channel in CHANNEL_ALIASES:
+        raise BusError("invoke_alias", session=channel)
+    check_channel(channel)
+    if channel == caller.channel:
+        raise BusError("invoke_self")
+    target = conversations.get(caller.agent, channel)
+    if target is None:
+        if conversations.agents_of.get(channel):
+            raise BusError("invoke_cross_agent", session=channel)
+        raise BusError("channel_not_found", channel=channel, agent=caller.agent)
+    if target.remote:
+        raise BusError("invoke_remote_target", session=channel)
+    if not target.persistent:
+        raise BusError("invoke_ephemeral", session=channel)
+    return target
+
+
+def finish(state: State, session: Session, env: dict, re: str, now: float) -> None:
+    """``finish_invocation``: answered once the outcome is committed.
+
+    Raises BusError(no_agent | unknown_invocation)."""
+    conversation = caller_conversation(state, session, "finish_invocation")
+    table = state.invocations
+    job = table.by_id.get(env["id"])
+    if (job is None or table.started.get((conversation.agent, conversation.channel)) is not job):
+        raise BusError("unknown_invocation", id=env["id"])
+    ok = env["ok"] is True
+    error = None if ok else (env.get("error") or "the destination reported a failure")
+    new_state = table.move(job, FINISHED_OK if ok else FINISHED_FAILED)
+    state.stats[f"invocations.{new_state}"] += 1
+
+    state.persist(InvocationState(job.id, new_state, state.wall, error),
+                  lambda at: tell(state, session, re, {}),
+                  lambda at, refusal: tell(state, session, re, refusal))
+    offer(state, job.destination, now)
+
+
+def offer(state: State, destination: Destination, now: float) -> None:
+    """Hand the destination its next job if it is connected and idle; recheck if busy."""
+    table = state.invocations
+    job = table.next_ready(destination)
+    if job is None:
+        return
+    conversation = state.conversations.get(*destination)
+    session = state.registry.by_id.get(conversation.session_id or "") if conversation else None
+    if session is None or not conversation.live:
+        return                                  # waits until a session connects
+    if session.status != IDLE:
+        table.recheck_at.setdefault(destination, now + INVOKE_RECHECK_S)
+        return
+    hand_over(state, job, session)
+
+
+def hand_over(state: State, job: Job, session: Session) -> None:
+    """Start ``job`` in ``session``: durably ``started`` first, the event on commit."""
+    table = state.invocations
+    table.move(job, HAND_OVER)
+    table.recheck_at.pop(job.destination, None)
+
+    def committed(at: float) -> None:
+        live = state.registry.by_id.get(session.id)
+        if live is not session or job.state != STARTED:
+            return                              # it left meanwhile: the job failed
+        state.stats["invocations.started"] += 1
+        state.conversations.touch(session.id, state.wall)
+        state.out.append(Send(session.identity, envelopes.invocation(
+            job.id, job.agent, job.from_channel, job.reason)))
+
+    def refused(at: float, error: BusError) -> None:
+        if job.state == STARTED:                # nothing was handed over: try again later
+            table.move(job, WRITE_FAILED)
+            table.recheck_at.setdefault(job.destination, at + INVOKE_RECHECK_S)
+
+    state.persist(InvocationState(job.id, STARTED, state.wall), committed, refused)
+
+
+def recheck(state: State, now: float) -> None:
+    """The engine's tick: destinations whose recheck time came."""
+    for destination in state.invocations.due(now):
+        offer(state, destination, now)
+
+
+def session_left(state: State, conversation: Conversation) -> None:
+    """The conversation's session is gone: a job running in it has failed."""
+    table = state.invocations
+    destination = (conversation.agent, conversation.channel)
+    table.recheck_at.pop(destination, None)
+    job = table.started.get(destination)
+    if job is not None:
+        table.move(job, SESSION_ENDED)
+        state.stats[f"invocations.{FAILED}"] += 1
+        state.persist(InvocationState(job.id, FAILED, state.wall, SESSION_ENDED_TEXT))
+
+
+def status_changed(state: State, session: Session, now: float) -> None:
+    """A session reported a status: idle may let its next job start."""
+    if session.status == IDLE:
+        conversation = state.conversations.by_session.get(session.id)
+        if conversation is not None:
+            offer(state, (conversation.agent, conversation.channel), now)
+
