@@ -18,7 +18,9 @@ Invariants:
   outcome ``recovered`` when a respond reached this conversation during the turn,
   else ``failed``; each draft ``delivered`` (sent by reference), ``replaced``
   (something else was delivered) or ``declined`` (nothing was). While the turn is
-  open its reports say ``pending``. A turn without drafts reports nothing.
+  open its reports say ``pending``. A turn without drafts reports nothing;
+* a report lists the turn's latest :data:`~schemas.limits.MAX_RECOVERY_DRAFTS` drafts
+  (what the broker keeps), all of which stay sendable by reference.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from schemas.errors import BusError
+from schemas.limits import MAX_RECOVERY_DRAFTS
 
 REMEMBERED_DRAFTS = 4096
 COMPLETIONS = {True: "complete", False: "incomplete", None: "unknown"}
@@ -123,7 +126,9 @@ class Turns:
                 return "delivered"
             return "replaced" if self._delivered else "declined"
 
+        # The broker keeps at most MAX_RECOVERY_DRAFTS per turn: report the latest.
+        kept = list(self._drafts.values())[-MAX_RECOVERY_DRAFTS:]
         drafts = [{"id": d.id, "text": d.text, "completion": d.completion, "outcome": outcome(d)}
-                  for d in self._drafts.values()]
+                  for d in kept]
         overall = "pending" if not final else ("recovered" if self._delivered else "failed")
         return {"turn": self.turn, "drafts": drafts, "outcome": overall}

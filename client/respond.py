@@ -22,8 +22,6 @@ from schemas.limits import MAX_ATTACHMENTS, MAX_MESSAGE_CHARS
 from schemas.output_attachments import attachment_problem
 from schemas.tools import INVOKE_SCHEMA, RESPOND_SCHEMA, validate
 
-REASON_CHARS = TEXT_MAX     # the invoke envelope's ``reason`` (a declared string field)
-
 
 def respond_params(content: Any, draft: Any, channel: Any, attachments: Any,
                    final: Any) -> dict[str, Any]:
@@ -62,8 +60,6 @@ def respond_problem(params: dict[str, Any]) -> dict[str, Any] | None:
 def invoke_problem(session: Any, reason: Any) -> dict[str, Any] | None:
     """Why these invoke parameters cannot be sent, or None."""
     problem = validate(INVOKE_SCHEMA, {"session": session, "reason": reason})
-    if problem is None and len(reason) > REASON_CHARS:
-        problem = f"reason exceeds {REASON_CHARS} characters"
     if problem:
         return error_reply("invalid_params", detail=problem)
     return None

@@ -9,6 +9,7 @@ import pytest
 
 from client.drafts import REMEMBERED_DRAFTS, Turns
 from schemas.errors import BusError
+from schemas.limits import MAX_RECOVERY_DRAFTS
 
 
 def turns() -> Turns:
@@ -158,3 +159,14 @@ def test_a_pending_report_after_a_delivery_shows_that_draft_delivered():
     _, report = t.record("b", True)
     assert report["outcome"] == "pending"
     assert [d["outcome"] for d in report["drafts"]] == ["delivered", "pending"]
+
+
+def test_a_report_lists_the_latest_drafts_the_broker_keeps_and_all_stay_sendable():
+    t = turns()
+    t.begin()
+    ids = [t.record(f"draft {n}", True)[0] for n in range(MAX_RECOVERY_DRAFTS + 3)]
+    _, report = t.record("last", True)
+    assert len(report["drafts"]) == MAX_RECOVERY_DRAFTS
+    assert report["drafts"][-1]["text"] == "last"
+    assert report["drafts"][0]["id"] == ids[4]
+    assert t.text_of(ids[0]) == "draft 0"

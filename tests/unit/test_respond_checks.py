@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from client.respond import (REASON_CHARS, finish_problem, invoke_problem, respond_params,
-                            respond_problem)
-from schemas.limits import ALT_TEXT_CHARS, MAX_ATTACHMENTS, MAX_MESSAGE_CHARS
+from client.respond import finish_problem, invoke_problem, respond_params, respond_problem
+from schemas.limits import ALT_TEXT_CHARS, MAX_ATTACHMENTS, MAX_MESSAGE_CHARS, MAX_REASON_CHARS
 from schemas.output_attachments import is_image
 
 
@@ -102,7 +101,7 @@ def test_invoke_needs_a_session_and_a_reason_of_bounded_length():
     assert invoke_problem("", "check in")["code"] == "invalid_params"
     assert invoke_problem("discord:1", "")["code"] == "invalid_params"
     assert invoke_problem(None, "x")["code"] == "invalid_params"
-    assert "reason" in invoke_problem("discord:1", "r" * (REASON_CHARS + 1))["error"]
+    assert "reason" in invoke_problem("discord:1", "r" * (MAX_REASON_CHARS + 1))["error"]
 
 
 def test_finish_invocation_parameters():
