@@ -1,8 +1,9 @@
 """``python -m client``: the command line for people and scripts.
 
-``tail`` follows presence on the broker's PUB socket; ``list``, ``groups``, ``status``,
-``send`` and ``ask`` run one intercom call as a short-lived session and print the
-result as JSON.
+``tail`` follows presence on the broker's PUB socket (``tail --channel ID``: the
+outputs posted to one channel); ``list``, ``groups``, ``status``, ``send`` and ``ask``
+run one intercom call as a short-lived session and print the result as JSON;
+``sessions --agent A`` lists an agent's conversations.
 """
 
 from __future__ import annotations
@@ -29,9 +30,23 @@ def format_event(topic: str, event: dict) -> str:
             f"{session.get('name', '?')} {session.get('id', '?')} [{session.get('status', '')}]")
 
 
+def format_output(event: dict) -> str:
+    """One line for one output: channel, sender, final, the content (newlines shown
+    as \\n) and the attachment paths."""
+    stamp = time.strftime("%H:%M:%S")
+    content = str(event.get("content", "")).replace("\\", "\\\\").replace("\n", "\\n")
+    paths = [a.get("path", "?") for a in event.get("attachments") or () if isinstance(a, dict)]
+    line = (f"{stamp} {event.get('channel', '?')} from {event.get('fromSession', '?')} "
+            f"final={str(bool(event.get('final'))).lower()}: {content}")
+    return line + (f" [attachments: {', '.join(paths)}]" if paths else "")
+
+
 def tail(endpoint: str, group: str | None, as_json: bool, out=sys.stdout,
-         max_events: int | None = None, curve: CurveKeys | None = None) -> int:
-    """Print presence events as they happen until interrupted (or ``max_events``)."""
+         max_events: int | None = None, curve: CurveKeys | None = None,
+         channel: str | None = None) -> int:
+    """Print presence events (or, with ``channel``, that channel's outputs) as they
+    happen until interrupted (or ``max_events``)."""
+    topic_wanted = f"channel:{channel}" if channel is not None else group
     ctx = zmq.Context.instance()
     sub = ctx.socket(zmq.SUB)
     sub.linger = 0
@@ -42,7 +57,7 @@ def tail(endpoint: str, group: str | None, as_json: bool, out=sys.stdout,
         sub.curve_secretkey = curve.secret_key.encode()
     sub.connect(endpoint)
     # Topics are whole group names; SUB filters by prefix, so check equality here.
-    sub.setsockopt(zmq.SUBSCRIBE, group.encode() if group else b"")
+    sub.setsockopt(zmq.SUBSCRIBE, topic_wanted.encode() if topic_wanted else b"")
     seen = 0
     try:
         while max_events is None or seen < max_events:
@@ -50,15 +65,20 @@ def tail(endpoint: str, group: str | None, as_json: bool, out=sys.stdout,
             if len(parts) != 2:
                 continue
             topic = parts[0].decode(errors="replace")
-            if group is not None and topic != group:
+            if topic_wanted is not None and topic != topic_wanted:
                 continue
             try:
                 (event,) = unpack_frame(parts[1])
             except Exception:
                 continue
             event = {k: v for k, v in event.items() if k not in ("v", "k")}
-            event.setdefault("group", topic)
-            line = json.dumps(event, sort_keys=True) if as_json else format_event(topic, event)
+            if channel is not None:
+                if event.get("event") != "output":
+                    continue
+                line = json.dumps(event, sort_keys=True) if as_json else format_output(event)
+            else:
+                event.setdefault("group", topic)
+                line = json.dumps(event, sort_keys=True) if as_json else format_event(topic, event)
             print(line, file=out, flush=True)
             seen += 1
     except KeyboardInterrupt:
@@ -98,6 +118,23 @@ def one_call(args: argparse.Namespace, params: dict, curve: CurveKeys | None) ->
     return 0 if result.get("ok") else 1
 
 
+def list_sessions(args: argparse.Namespace, curve: CurveKeys | None) -> int:
+    """Connect as a conversation of ``--agent`` and print its ``list_sessions`` result.
+    Without ``--channel`` the probe is an ephemeral conversation and shows as one row
+    with ``current: true``."""
+    try:
+        session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.as_group,
+                                 agent=args.agent, channel=args.channel,
+                                 persistent=args.channel is not None, **_keys(curve))
+    except ConnectError as exc:
+        print(json.dumps({"ok": False, "code": exc.code, "error": str(exc)}))
+        return 1
+    with session:
+        result = session.list_sessions()
+    print(json.dumps(result, indent=2, sort_keys=True))
+    return 0 if result.get("ok") else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m client", description="Intercom bus client.")
     parser.add_argument("--endpoint", help="broker ROUTER endpoint (default $INTERCOM_ENDPOINT)")
@@ -109,7 +146,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="which client key pair under CURVE_DIR/clients (default: client)")
     sub = parser.add_subparsers(dest="command", required=True)
     p_tail = sub.add_parser("tail", help="follow presence events")
-    p_tail.add_argument("--group", help="only this group")
+    which = p_tail.add_mutually_exclusive_group()
+    which.add_argument("--group", help="only this group")
+    which.add_argument("--channel", help="print the outputs posted to this channel id "
+                       "(PUB topic channel:<ID>) instead of presence")
     p_tail.add_argument("--json", action="store_true", help="print JSON lines")
     p_tail.add_argument("--pub-endpoint", help="broker PUB endpoint (default $INTERCOM_PUB_ENDPOINT)")
     for action in ("list", "groups", "status"):
@@ -120,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(action, help=f"intercom {action}")
         p.add_argument("to")
         p.add_argument("message")
+    p_sessions = sub.add_parser("sessions", help="an agent's conversations (respond/invoke)")
+    p_sessions.add_argument("--agent", required=True)
+    p_sessions.add_argument("--channel", help="connect as this conversation (default: a "
+                            "new ephemeral one)")
     args = parser.parse_args(argv)
     try:
         curve = (keys.from_directory(args.curve_dir, args.curve_client) if args.curve_dir
@@ -131,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         where = args.pub_endpoint or broker_pub_endpoint(args, curve)
         if where is None:
             return 2
-        return tail(where, args.group, args.json, curve=curve)
+        return tail(where, args.group, args.json, curve=curve, channel=args.channel)
+    if args.command == "sessions":
+        return list_sessions(args, curve)
     params = {"action": args.command}
     for key in ("group", "to", "message"):
         if getattr(args, key, None) is not None:

@@ -10,6 +10,9 @@ them:
   ``Client.connect(identity=entry)`` to reopen the session under the same id.
 * ``intercom_sent``: a send, ask or reply this session made, with its answer.
 * ``intercom_received``: a message this session took with ``receive()``.
+* ``respond``: an output this session posted with ``respond()``: ``content`` is the
+  text actually sent (a draft's exact text when sent by reference, with its id in
+  ``draft``), ``channel``, ``attachments``, ``final`` and the broker's ``result``.
 
 Entries go to a callable (``history=``), to a JSON-lines file (``history_file=``,
 appended, mode 0600), or both. A sink that raises loses that entry, never the call.
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 IDENTITY, SENT, RECEIVED = "intercom_session_identity", "intercom_sent", "intercom_received"
+RESPONDED = "respond"
 _log = logging.getLogger("intercom.client")
 
 

@@ -25,7 +25,9 @@ from schemas.paths import router_endpoint
 from schemas.protocol import SESSION_KINDS, envelope
 from schemas.tools import intercom_params_problem
 
-from .history import IDENTITY, RECEIVED, SENT, History
+from .history import IDENTITY, RECEIVED, RESPONDED, SENT, History
+from .drafts import Turns
+from .respond import finish_problem, invoke_problem, respond_params, respond_problem
 from .keys import CurveKeys, resolve as resolve_keys
 from .inbox import DEFAULT_LIMIT_BYTES, Inbox, InboxStatistics, Waitable
 from . import reach
@@ -75,7 +77,8 @@ class Session:
                  confirm: Callable[[dict], bool] | None = None, grant: str | None = None,
                  token: str | None = None, history: History | None = None,
                  curve: CurveKeys | None = None,
-                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES) -> None:
+                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
+                 persistent: bool = True) -> None:
         self.name = name
         self.endpoint = endpoint
         self.config = config
@@ -91,6 +94,10 @@ class Session:
         self._notify_undeliverable = notify_undeliverable
         self._grant = grant
         self._history = history or History()
+        self._channel = channel          # the channel id asked for (None: internal:<id>)
+        self._persistent = persistent
+        self._turns = Turns()            # guarded by _turn_lock
+        self._turn_lock = threading.Lock()
         self.id: str | None = session_id
         self.token: str | None = token          # the reclaim secret of ``id``
         self.welcome: dict[str, Any] = {}       # the broker's latest welcome
@@ -126,6 +133,7 @@ class Session:
             "transcript": self._transcript,
             "notifyUndeliverable": self._notify_undeliverable,
             "grant": self._grant,
+            "channel": self._channel, "persistent": self._persistent,
         }
         if self.id is not None:
             fields.update(sessionId=self.id, token=self.token)
@@ -197,6 +205,7 @@ class Session:
                 return
             self._closed = True
         if self.connected:
+            self._end_turn(2.0)
             self._transport.call(envelope("bye", id=new_message_id()), 2.0)
         self._transport.close()
 
@@ -365,6 +374,136 @@ class Session:
             event.pop("k", None)
         return event
 
+    # -- respond, invoke, drafts (parameter checks: client.respond; turns: client.drafts) --
+
+    @property
+    def channel(self) -> str | None:
+        """This conversation's channel id, as the broker's welcome gave it."""
+        return self.welcome.get("channel")
+
+    def respond(self, content: str | None = None, draft: str | None = None,
+                channel: str = "current", attachments: list[dict] | None = None,
+                final: bool = True) -> dict[str, Any]:
+        """Post this agent's output to a channel: ``current``, ``last``, ``owner`` or a
+        channel id of the same agent. Exactly one of ``content`` or ``draft`` (a draft
+        id of the open turn: its exact text is sent). ``attachments``:
+        ``[{"path", "altText"?}]``, files that exist here. Returns ``{"ok": True,
+        "final", "sent": True, "channel", ["draft"]}``; ``sent`` means the broker took
+        it for delivery, not that a person read it."""
+        params = respond_params(content, draft, channel, attachments, final)
+        problem = respond_problem(params)
+        if problem:
+            return problem
+        if draft is not None:
+            with self._turn_lock:
+                try:
+                    params["content"] = self._turns.text_of(draft)
+                except BusError as exc:
+                    return exc.reply()
+        result = self._call("respond", params)
+        if result.get("ok"):
+            if draft is not None:
+                result.setdefault("draft", draft)
+            self._history.record(RESPONDED, content=params["content"], draft=draft,
+                                 channel=channel, attachments=attachments, final=final,
+                                 result=result)
+            if result.get("channel") == self.channel:
+                with self._turn_lock:
+                    self._turns.delivered(draft)
+        return result
+
+    def begin_turn(self) -> str:
+        """Start a turn (the conversation becomes active); ends the open one. Its id."""
+        with self._turn_lock:
+            turn, report = self._turns.begin()
+        if not self._closed:
+            if report is not None:
+                self._send_recovery(report, CALL_TIMEOUT_S)
+            self._transport.post(envelope("turn", turn=turn))
+        return turn
+
+    def end_turn(self) -> dict[str, Any]:
+        """End the open turn; ``{"ok": True, "turn", "recovery"}`` where ``recovery`` is
+        the reported outcome (None when the turn recorded no draft)."""
+        if self._closed:
+            return error_reply("session_closed")
+        return self._end_turn(CALL_TIMEOUT_S)
+
+    def record_draft(self, text: str, complete: bool | None = True) -> str:
+        """Keep plain assistant text as a draft of the open turn (one is begun if none
+        is open); returns its id for ``respond(draft=ID)``. ``complete``: True, False
+        (incomplete) or None (unknown); only complete drafts can be sent by reference.
+        The broker keeps the turn's recovery record as ``pending`` from now until the
+        turn ends. Raises ValueError for a text that is not a string or a bad
+        ``complete``."""
+        if self._turns.turn is None:
+            self.begin_turn()
+        with self._turn_lock:
+            draft_id, report = self._turns.record(text, complete)
+        if not self._closed:
+            self._send_recovery(report, CALL_TIMEOUT_S)
+        return draft_id
+
+    def _end_turn(self, timeout: float) -> dict[str, Any]:
+        with self._turn_lock:
+            turn = self._turns.turn
+            report = self._turns.end()
+        if report is None:
+            return {"ok": True, "turn": turn, "recovery": None}
+        result = self._send_recovery(report, timeout)
+        if not result.get("ok"):
+            return result
+        return {"ok": True, "turn": turn, "recovery": report["outcome"]}
+
+    def _send_recovery(self, report: dict, timeout: float) -> dict[str, Any]:
+        """Tell the broker this turn's recovery state (kept for persistent conversations).
+        Bypasses ``_closed``: close() reports the turn it ends."""
+        result = self._transport.call(envelope("recovery", id=new_message_id(), **report),
+                                      timeout)
+        if result is None:
+            result = error_reply("broker_unavailable", timeout_s=timeout)
+        if not result.get("ok"):
+            _log.warning("recovery report of turn %s (%s) not kept: %s", report["turn"],
+                         report["outcome"], result.get("error"))
+        return result
+
+    def list_sessions(self) -> dict[str, Any]:
+        """This agent's conversations: ``{"ok": True, "sessions": [{"session" (channel
+        id), "persistent", "remote", "connected", "lastActiveAt", "queuedInvocations",
+        "current"}]}``; the ``session`` values are what ``invoke`` takes."""
+        return self._call("sessions", {})
+
+    def invoke(self, session: str, reason: str) -> dict[str, Any]:
+        """Queue a turn in another existing persistent conversation of this agent.
+        Answered once the job is stored: ``{"ok": True, "queued": True, "id",
+        "session"}``; it does not wait for the turn."""
+        problem = invoke_problem(session, reason)
+        if problem:
+            return problem
+        return self._call("invoke", {"session": session, "reason": reason})
+
+    def finish_invocation(self, id: str, ok: bool = True, error: str | None = None) -> dict[str, Any]:
+        """Report how the turn of invocation ``id`` (from an ``invocation`` event) ended."""
+        problem = finish_problem(id, ok, error)
+        if problem:
+            return problem
+        if self._closed:
+            return error_reply("session_closed")
+        # The request's own id is the invocation id (the kind's declared ``id`` field).
+        result = self._transport.call(envelope("finish_invocation", id=id, ok=ok, error=error),
+                                      CALL_TIMEOUT_S)
+        return result if result is not None else error_reply("broker_unavailable",
+                                                             timeout_s=CALL_TIMEOUT_S)
+
+    def reset(self) -> dict[str, Any]:
+        """Forget this persistent conversation's response recovery record."""
+        return self._call("reset", {})
+
+    def delete(self) -> dict[str, Any]:
+        """Delete this persistent conversation's record, its recovery record and its
+        queued invocations; this session goes on as an ephemeral one."""
+        return self._call("delete", {})
+
     # -- workflow hosting ------------------------------------------------------------------
 
     def register_run(self, run_id: str, stages: list[dict],
@@ -446,7 +585,8 @@ class Client:
                 history_file: str | os.PathLike | None = None,
                 curve_server_key: str | None = None, curve_public_key: str | None = None,
                 curve_secret_key: str | None = None,
-                inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES) -> Session:
+                inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
+                persistent: bool = True) -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``session_id`` asks for a previous id back (granted when no live session holds
@@ -466,6 +606,11 @@ class Client:
         session stops reading from the broker until messages are taken. Raises ConnectError when the broker refuses
         (``.code``: ``grant_required``, ``invalid_grant``, ``auth_failed``, ...) or does
         not answer, and ValueError for a bad ``kind`` or incomplete CURVE keys.
+
+        With ``agent``, the session is one conversation of that agent: ``channel`` its
+        channel id (``discord:...``, ``remote:...``; default ``internal:<session id>``),
+        ``persistent`` whether the broker keeps its record after it leaves (see
+        :meth:`Session.respond`, :meth:`Session.invoke`).
         """
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
@@ -496,7 +641,8 @@ class Client:
                           transcript=transcript, notify_undeliverable=notify_undeliverable,
                           confirm=confirm, grant=grant, token=token,
                           history=History(history, history_file), curve=curve,
-                          inbox_limit_bytes=inbox_limit_bytes)
+                          inbox_limit_bytes=inbox_limit_bytes, channel=channel,
+                          persistent=persistent)
         session._wait_welcome(timeout)
         return session
 
