@@ -4,7 +4,6 @@ operator would, and ``python -m client tail --channel`` watched line by line."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from .conftest import ROOT, LineReader, child_env, make_tmp, start_broker, stop_process, wait_ready
+from .conftest import ROOT, LineReader, child_env, module_broker, stop_process
 
 
 def configure_agent(data_dir: Path, agent: str, owner: str | None = None,
@@ -33,18 +32,13 @@ def agent_broker(agents: dict[str, dict]):
     """A module-scoped ``shared_broker`` replacement: a broker started after the
     configuration of ``agents`` (name -> configure_agent keywords) was written."""
 
-    @pytest.fixture(scope="module")
-    def shared_broker():
-        path = make_tmp()
+    def prepare(path):
         for agent, settings in agents.items():
             configure_agent(path, agent, **settings)
-        proc = start_broker(path)
-        try:
-            wait_ready(proc.endpoint, proc.proc)
-            yield proc
-        finally:
-            proc.stop()
-            shutil.rmtree(path, ignore_errors=True)
+
+    @pytest.fixture(scope="module")
+    def shared_broker():
+        yield from module_broker(prepare)
 
     return shared_broker
 

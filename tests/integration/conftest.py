@@ -228,10 +228,12 @@ def isolated_client_env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
 
 
-@pytest.fixture(scope="module")
-def shared_broker():
-    """One broker for a whole module; tests isolate themselves with their own groups."""
+def module_broker(prepare: Callable[[Path], None] | None = None):
+    """A broker in a fresh short dir, ready; ``prepare(dir)`` runs before it starts
+    (to write config it reads at start). A generator: yields it, then stops it."""
     path = make_tmp()
+    if prepare is not None:
+        prepare(path)
     proc = start_broker(path)
     try:
         wait_ready(proc.endpoint, proc.proc)
@@ -239,6 +241,12 @@ def shared_broker():
     finally:
         proc.stop()
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared_broker():
+    """One broker for a whole module; tests isolate themselves with their own groups."""
+    yield from module_broker()
 
 
 @pytest.fixture
