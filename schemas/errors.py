@@ -141,6 +141,8 @@ _TABLE = [
     ErrorSpec("stage_closed", "state", "{to!r} is a stage of a run that ended and cannot answer "
               "asks (reply: unavailable): contact a live stage, or start new work with the "
               "context it needs"),
+    ErrorSpec("run_taken_over", "state", "Workflow run {run_id!r} was taken over by {name} "
+              "({id}); its subagents answer through that session now"),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
     # respond's drafts (checked by the client; see client.drafts)
     ErrorSpec("unknown_draft", "state", "No draft {draft!r} was recorded in this conversation; "

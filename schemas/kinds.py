@@ -201,6 +201,7 @@ _MSG_FIELDS = (
     _f("ackRequired", bool, "send ``received`` once it is in the session's context"),
     _f("receivedBeforeStart", bool, "retained for the stage before it started"),
     _f("postMortem", bool, "a late message to a closed stage (``target``), for its host"),
+    _f("held", bool, "held for this subagent while its run was dormant"),
 )
 
 BROKER_KINDS: tuple[Kind, ...] = (

@@ -31,7 +31,7 @@ from schemas.errors import BusError
 from schemas.kinds import ID_MAX
 from schemas.limits import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PROTOCOL_VERSION
 
-from . import backlog, closed
+from . import backlog, closed, held
 from .authority import refuse_non_agent
 from .commands import Answer
 from .dedup import fingerprints
@@ -97,6 +97,9 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
                 except BusError as error:
                     route_error = error
             if route_error is not None:
+                if route_error.code == "target_not_found" and \
+                        _hold(state, sender, to, msg_id, text, attachments, mark):
+                    continue
                 raise route_error
         except BusError as error:
             seen.record(msg_id, sender.id, mark, error)
@@ -151,6 +154,9 @@ def resolve_target(state: State, session: Session, to: str, *, ask: bool = False
             if host is not None:
                 backlog.check(state, host)
                 return host
+            dormant = held.find(state, session, to) if ask else None
+            if dormant is not None:
+                raise BusError("run_dormant", run_id=dormant[0].run_id)
         raise
     refuse_non_agent(state, session, to, target)
     backlog.check(state, target)
@@ -158,6 +164,18 @@ def resolve_target(state: State, session: Session, to: str, *, ask: bool = False
 
 
 # -- internals -----------------------------------------------------------------------
+
+def _hold(state: State, sender: Session, to: str, msg_id: str, text: str,
+          attachments: list | None, mark: int) -> bool:
+    """A send to a subagent of a dormant run is held (see broker.core.held): answered
+    once committed. False when ``to`` names no such subagent. Raises BusError."""
+    found = held.find(state, sender, to)
+    if found is None:
+        return False
+    state.ids.record(msg_id, sender.id, mark, None)      # the answer is pending
+    held.hold(state, sender, *found, msg_id, text, attachments or [])
+    return True
+
 
 def _check_item(to: Any, text: Any, attachments: list | None) -> None:
     """The checks of send's parameters and of the tool schema, for one item (a

@@ -28,7 +28,7 @@ from schemas.limits import MAX_NAME_CHARS
 from schemas.names import (IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES, SESSION_KINDS,
                            STAGE, TERMINAL, TERMINAL_CHILD_STATUSES, THINKING, TOOL_PREFIX)
 
-from . import asking, backlog, closed, conversations, invoking
+from . import asking, backlog, closed, conversations, held, invoking
 from .agents import welcome_fields
 from .authority import check_claimed
 from .commands import Send
@@ -101,6 +101,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
         connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=state.peer)
     state.registry.add(session)
+    held.adopt(state, session, parent)
     conversation = conversations.opened(state, session, claim)
     _remember(state, session)
     membership_changed(state, session, set(), set(session.groups), connecting=True)

@@ -19,6 +19,7 @@ from schemas.names import PENDING, RUNNING, STAGE_STATES, TERMINAL_STATES, run_g
 from .membership import change_groups, room_for
 from .path_delivery import node_at, notify_undeliverable, settle_exact
 from .paths import looks_like_path, parse_path
+from .asking import settle_error
 from .closed import close_run, forget_run
 from .grants import check_run, run_grant, stage_grant
 from .records import RunEnded
@@ -84,6 +85,12 @@ def take_over(state: State, session: Session, env: dict, now: float) -> dict[str
     if previous and previous != session.id:
         state.hosted_before.get(previous, set()).discard(run.run_id)
     set_host(state, run, session)
+    # Its subagents' holds are the new host's now; asks still waiting on one are told.
+    for sub_id in run.subagents:
+        live = state.registry.by_id.get(sub_id)
+        for ask in state.asks.to_target(live) if live is not None else ():
+            settle_error(state, ask, BusError("run_taken_over", run_id=run.run_id,
+                                              name=session.name, id=session.id))
     save(state, run)
     return {"runId": run.run_id, "group": run.group, "groups": list(session.groups),
             "tookOverFrom": previous, "runGrant": run_grant(state.grant_key, run),

@@ -90,6 +90,27 @@ class Node:
                 "children": [c.record() for c in self.children]}
 
 
+@dataclass(slots=True)
+class Subagent:
+    session_id: str
+    name: str
+    atomic_session_id: str | None
+    node_key: str
+    groups: list[str]
+
+    def record(self) -> dict[str, Any]:
+        return {"id": self.session_id, "name": self.name, "atomic": self.atomic_session_id,
+                "node": self.node_key, "groups": list(self.groups)}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> "Subagent":
+        return cls(record["id"], record["name"], record.get("atomic"), record["node"],
+                   list(record.get("groups") or []))
+
+    def named(self, to: str) -> bool:
+        return to in (self.session_id, self.atomic_session_id) or to.lower() == self.name.lower()
+
+
 @dataclass(eq=False, slots=True)
 class Run:
     run_id: str
@@ -101,6 +122,10 @@ class Run:
     lease_until: float | None = None
     dormant: bool = False
     late_router: bool = False          # the host answers asks to its closed stages
+    # Background subagents of its stages, and messages held for them while the run is
+    # dormant (broker.core.held); both persisted with the run.
+    subagents: dict[str, Subagent] = field(default_factory=dict)
+    held: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     roots: list[Node] = field(default_factory=list)
     created_at: float = 0.0
     nonce: str = ""                    # this generation of the run id (its grants' salt)
@@ -153,6 +178,8 @@ class Run:
                 "hostAtomic": self.host_atomic, "nonce": self.nonce,
                 "createdAt": self.created_at, "leaseUntil": self.lease_until,
                 "dormant": self.dormant, "lateRouter": self.late_router,
+                "subagents": [s.record() for s in self.subagents.values()],
+                "held": {k: list(v) for k, v in self.held.items() if v},
                 "stages": [n.record() for n in self.roots]}
 
     @classmethod
@@ -161,6 +188,10 @@ class Run:
                   created_at=record.get("createdAt", 0.0), nonce=record.get("nonce", ""),
                   lease_until=record.get("leaseUntil"), dormant=bool(record.get("dormant")),
                   late_router=bool(record.get("lateRouter")))
+        for saved in record.get("subagents") or ():
+            sub = Subagent.from_record(saved)
+            run.subagents[sub.session_id] = sub
+        run.held = {k: list(v) for k, v in (record.get("held") or {}).items()}
         run.attach(build_nodes(record.get("stages") or [], None, restoring=True), None)
         return run
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from schemas.errors import BusError
 from schemas.names import ACKED, AUTO_GROUPS, DEFAULT_GROUP, PENDING, RUNNING
 
+from . import held
 from .grants import check_stage
 from .path_delivery import deliverable, hand_over, node_at
 from .paths import WorkflowPath, parse_path
@@ -88,6 +89,7 @@ def bind(state: State, session: Session, run: Run, node: Node, transcript: str,
     if node.state == PENDING:
         node.state = RUNNING
     save(state, run)
+    held.stage_restored(state, run, node.key())
     if not deliverable(node):
         return
     for entry in state.sticky.matching(run.run_id, node):
