@@ -8,6 +8,7 @@ Every failure, a bad parameter included, comes back as ``{"ok": False, "code",
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import os
@@ -25,6 +26,7 @@ from schemas.paths import router_endpoint
 from schemas.protocol import SESSION_KINDS, envelope
 from schemas.tools import intercom_params_problem
 
+from .protocol import ASK_RESEND_DELAY_S
 from .history import IDENTITY, RECEIVED, RESPONDED, SENT, History
 from .drafts import Turns
 from .respond import finish_problem, invoke_problem, respond_params, respond_problem
@@ -43,6 +45,10 @@ _MEMBERSHIP_OPS = frozenset({"register_run"})
 _log = logging.getLogger("intercom.client")
 _reported_config_problems: set[str] = set()
 
+
+# Refusals a reply meets when its ask has not been resent to a restarted broker yet.
+_AFTER_RESTART = frozenset({"unknown_thread", "no_pending_ask", "stale_turn"})
+_RECEIVED_ASKS = 4096          # asks remembered with the broker they came through
 
 class ConnectError(Exception):
     """The broker refused the session or did not answer; ``code`` says which."""
@@ -101,6 +107,11 @@ class Session:
         self.id: str | None = session_id
         self.token: str | None = token          # the reclaim secret of ``id``
         self.welcome: dict[str, Any] = {}       # the broker's latest welcome
+        # Brokers seen (a restart is a new broker id) and asks received under each:
+        # a reply after a restart may have to wait for its ask's resend (_reply).
+        self._broker_epoch = 0
+        self._restarted_at = 0.0
+        self._received_epoch: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.home_group: str | None = None
         self.groups: list[str] = []
         self.parent_id: str | None = None
@@ -146,6 +157,11 @@ class Session:
 
     def _on_welcome(self, result: dict) -> None:
         if result.get("ok"):
+            if self.welcome and result.get("brokerId") != self.welcome.get("brokerId"):
+                # A restarted (or another) broker: asks received before it are resent
+                # by their askers shortly after their own welcome (see _reply).
+                self._restarted_at = time.monotonic()
+                self._broker_epoch += 1
             changed = result["sessionId"] != self.id or result["token"] != self.token
             self.welcome = {k: v for k, v in result.items() if k != "ok"}
             self.id = result["sessionId"]
@@ -241,9 +257,27 @@ class Session:
                 return error_reply("confirmation_declined")
         if action == "ask":
             return self._ask("call", params, timeout)
-        if self._current is not None and (action == "reply" or "replyTo" in params):
-            params.setdefault("currentTurn", self._current.get("id"))
+        if action == "reply" or "replyTo" in params:
+            return self._reply(params)
         return self._call("call", params)
+
+    def _reply(self, params: dict) -> dict[str, Any]:
+        """A reply. After a broker restart the asker resends its ask a few seconds after
+        its own welcome; a reply that comes first finds no ask. So a reply to a message
+        received before the restart that is refused as unknown is sent again once, when
+        the asker's resend is due."""
+        if self._current is not None:
+            params.setdefault("currentTurn", self._current.get("id"))
+        result = self._call("call", dict(params))
+        thread = params.get("replyTo") or (self._current or {}).get("id")
+        epoch = self._received_epoch.get(thread) if thread else None
+        if result.get("code") in _AFTER_RESTART and epoch is not None and \
+                epoch < self._broker_epoch:
+            wait = self._restarted_at + ASK_RESEND_DELAY_S + 1.0 - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)      # until the asker's resend is due, not to settle
+            result = self._call("call", dict(params))
+        return result
 
     def _ask(self, kind: str, fields: dict, timeout: float | None) -> dict[str, Any]:
         """Block until the reply, within this session's pending-ask limit."""
@@ -357,6 +391,10 @@ class Session:
             msg["attachments"] = []
         msg["body"] = render_body(msg, self.config.replyHint)
         self._current = msg
+        if msg.get("expectsReply"):
+            self._received_epoch[msg["id"]] = self._broker_epoch
+            if len(self._received_epoch) > _RECEIVED_ASKS:
+                self._received_epoch.popitem(last=False)
         if self._history.enabled:
             self._history.record(RECEIVED, messageId=msg["id"], **{
                 k: msg.get(k) for k in ("from", "fromName", "message", "attachments", "sentAt",

@@ -148,6 +148,27 @@ def test_an_ask_pending_across_a_kill9_reaches_its_target_once_and_gets_the_repl
 
 
 @pytest.mark.timeout(90)
+def test_a_reply_made_before_the_ask_is_resent_still_reaches_the_asker(brokers):
+    broker = brokers()
+    asker = connect(broker, "asker")
+    target = connect(broker, "target")
+    answers = []
+    waiting = threading.Thread(target=lambda: answers.append(
+        asker.intercom(action="ask", to="target", message="still there?", timeout=40)))
+    waiting.start()
+    ask = target.receive(timeout=15)
+    assert ask is not None and ask["expectsReply"], ask
+    broker.kill()
+    brokers()
+    back(target)
+    # At once: the asker has not resent its ask yet, so the first try finds no ask.
+    reply = target.intercom(action="reply", replyTo=ask["id"], message="yes")
+    assert reply["ok"], reply
+    waiting.join(15)
+    assert answers and answers[0]["ok"] and answers[0]["message"] == "yes", answers
+
+
+@pytest.mark.timeout(90)
 def test_an_ask_resent_after_a_restart_keeps_its_own_deadline(brokers):
     broker = brokers()
     asker = connect(broker, "asker")
