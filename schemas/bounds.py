@@ -51,6 +51,9 @@ BOUNDS: tuple[Bound, ...] = (
     Bound("max_groups", "maxGroups", limits.MAX_GROUPS, "too_many_groups",
           "memberships of one session: the same cap for join, register_run and a reconnect "
           "(a reconnect never locks a session out: it keeps the first groups that fit)"),
+    Bound("max_conversations", "maxConversations", limits.MAX_CONVERSATIONS,
+          "too_many_conversations", "conversations one agent has, live or remembered "
+          "(persistent ones stay until deleted); resuming one is always allowed"),
 )
 
 BY_FIELD = {bound.field: bound for bound in BOUNDS}

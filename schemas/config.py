@@ -48,6 +48,7 @@ class Config:
     maxRunBytes: int = BY_FIELD["max_run_bytes"].default
     maxStickyBytes: int = BY_FIELD["max_sticky_bytes"].default
     maxGroups: int = BY_FIELD["max_groups"].default
+    maxConversations: int = BY_FIELD["max_conversations"].default
 
 
 DEFAULT_CONFIG = Config()

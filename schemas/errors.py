@@ -136,6 +136,8 @@ _TABLE = [
               "messages, its limit (--{flag} {limit}); wait for stages to start or end the run"),
     ErrorSpec("sticky_storage_full", "state", "The broker already keeps {size} bytes of queued "
               "stage messages, its limit (--max-sticky-bytes {limit}); nothing was queued"),
+    ErrorSpec("too_many_conversations", "state", "Agent {agent!r} already has {limit} "
+              "conversations (--max-conversations); delete one, or resume an existing one"),
     ErrorSpec("target_backlogged", "state", "{name} is not reading its messages: {size} bytes "
               "sent to it are unread (limit {limit}); nothing was delivered, try again later"),
     ErrorSpec("stage_closed", "state", "{to!r} is a stage of a run that ended and cannot answer "

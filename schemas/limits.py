@@ -44,3 +44,4 @@ MAX_RUN_ENTRIES = 10_000            # sticky entries kept for one run
 MAX_RUN_BYTES = 32 << 20           # sticky bytes kept for one run
 MAX_STICKY_BYTES = 256 << 20       # sticky bytes kept, broker-wide
 MAX_GROUPS = 256                   # memberships of one session
+MAX_CONVERSATIONS = 10_000         # conversations (live or remembered) of one agent

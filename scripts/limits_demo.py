@@ -27,7 +27,7 @@ from benchkit.tmp_broker import TmpBroker  # noqa: E402
 
 FLAGS = {"--max-sessions": 3, "--max-sessions-per-connection": 2, "--max-backlog-bytes": 65536,
          "--max-runs-per-session": 1, "--max-run-entries": 3, "--max-run-bytes": 30000,
-         "--max-sticky-bytes": 50000, "--max-groups": 3}
+         "--max-sticky-bytes": 50000, "--max-groups": 3, "--max-conversations": 2}
 
 
 def main() -> int:
@@ -45,6 +45,12 @@ def main() -> int:
             rows.append((f"{flag} {FLAGS[flag]}", call, answer.get("code", "ok"),
                          answer.get("error", "")))
 
+        for n in range(2):
+            connect(f"conv{n}", agent="demo", channel=f"discord:{n}").close()
+        try:
+            connect("conv2", agent="demo", channel="discord:2")
+        except ConnectError as exc:
+            refused("--max-conversations", "a 3rd conversation of one agent", exc)
         host = connect("host")
         other = connect("other")
         try:
@@ -95,7 +101,8 @@ def main() -> int:
     expected = {"--max-sessions": "too_many_sessions", "--max-sessions-per-connection": "too_many_sessions",
                 "--max-groups": "too_many_groups", "--max-runs-per-session": "too_many_runs",
                 "--max-run-entries": "run_full", "--max-run-bytes": "run_full",
-                "--max-sticky-bytes": "sticky_storage_full", "--max-backlog-bytes": "target_backlogged"}
+                "--max-sticky-bytes": "sticky_storage_full", "--max-backlog-bytes": "target_backlogged",
+                "--max-conversations": "too_many_conversations"}
     ok = True
     for flag_value, call, code, text in rows:
         good = code == expected[flag_value.split()[0]]

@@ -64,6 +64,9 @@ class Conversations:
     def get(self, agent: str, channel: str) -> Conversation | None:
         return self.by_agent.get(agent, {}).get(channel)
 
+    def count(self, agent: str) -> int:
+        return len(self.by_agent.get(agent, ()))
+
     def of_agent(self, agent: str) -> Iterator[Conversation]:
         return iter(self.by_agent.get(agent, {}).values())
 

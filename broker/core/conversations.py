@@ -46,18 +46,22 @@ class Claim:
 def claim(state: State, env: dict) -> Claim | None:
     """What a hello asks for as an agent session, checked; None without ``agent``.
 
-    Raises BusError(invalid_agent | invalid_channel | channel_in_use)."""
+    Raises BusError(invalid_agent | invalid_channel | channel_in_use |
+    too_many_conversations)."""
     agent = env.get("agent")
     if agent is None:
         return None
     if not safe_agent_name(agent):
         raise BusError("invalid_agent", agent=agent, limit=MAX_AGENT_CHARS)
     channel = env.get("channel")
+    held = None
     if channel is not None:
         check_channel(channel)
         held = state.conversations.get(agent, channel)
         if held is not None and held.live:
             raise BusError("channel_in_use", agent=agent, channel=channel)
+    if held is None and state.conversations.count(agent) >= state.limits.max_conversations:
+        raise BusError("too_many_conversations", agent=agent, limit=state.limits.max_conversations)
     return Claim(agent, channel, env.get("persistent") is not False)
 
 

@@ -54,6 +54,7 @@ class Limits:
     max_run_bytes: int = limits.MAX_RUN_BYTES
     max_sticky_bytes: int = limits.MAX_STICKY_BYTES
     max_groups: int = limits.MAX_GROUPS
+    max_conversations: int = limits.MAX_CONVERSATIONS
     host_lease_s: float = limits.LEASE_S   # a run whose host left stays as it was this long
 
 

@@ -172,3 +172,14 @@ def test_a_refused_send_keeps_nothing_of_its_text():
     grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
     tracemalloc.stop()
     assert grown < 500_000, grown       # 200 x 10 KB would be 2 MB
+
+
+def test_conversations_per_agent_are_bounded_and_resuming_one_is_not_refused():
+    bus = Bus(liveness_s=1e9, max_conversations=2)
+    assert bus.hello("a", agent="lys", channel="discord:1")["ok"]
+    assert bus.hello("b", agent="lys", channel="discord:2")["ok"]
+    refused = bus.hello("c", agent="lys", channel="discord:3")
+    assert refused["code"] == "too_many_conversations"
+    assert bus.hello("d", agent="other")["ok"]                  # another agent's own count
+    bus.feed(b"a", {"v": 1, "k": "bye"})
+    assert bus.hello("a2", agent="lys", channel="discord:1")["ok"]   # resumes, not new
