@@ -10,7 +10,8 @@ Semantics (the SQLite store keeps the same ones):
 * ``apply`` is all-or-nothing: the batch is applied in order to copies of the tables,
   which replace the live ones only when every record went in;
 * ``IdentitySaved`` upserts by session id; ``LeaseRenewed`` upserts by broker id but
-  keeps the first ``started_at``, ``pid`` and ``endpoint``; ``LeaseReleased`` deletes;
+  keeps the first ``started_at``, ``pid`` and ``endpoint``, and deletes every other
+  broker's row on the same endpoint; ``LeaseReleased`` deletes;
 * ``RunSaved`` upserts by run id (a run keeps its place in load order);
   ``RunEnded`` deletes the run, its sticky entries and their deliveries;
 * ``StickySaved`` inserts, and a seq already stored fails the batch;
@@ -76,6 +77,9 @@ def _identity(tables: _Tables, record: IdentitySaved) -> None:
 
 
 def _lease(tables: _Tables, record: LeaseRenewed) -> None:
+    for other in [b for b, lease in tables.leases.items()
+                  if lease.endpoint == record.endpoint and b != record.broker_id]:
+        del tables.leases[other]
     held = tables.leases.get(record.broker_id)
     tables.leases[record.broker_id] = record if held is None else dataclasses.replace(held, until=record.until)
 
@@ -173,6 +177,12 @@ class MemoryStore:
         self._check_open()
         return sum(1 for lease in self._tables.leases.values()
                    if lease.until > now and lease.broker_id != exclude)
+
+    def brokers(self, now: float, exclude: str | None = None) -> list[LeaseRenewed]:
+        self._check_open()
+        return sorted((lease for lease in self._tables.leases.values()
+                       if lease.until > now and lease.broker_id != exclude),
+                      key=lambda lease: (lease.started_at, lease.broker_id))
 
     def close(self) -> None:
         self._closed = True

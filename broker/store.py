@@ -120,6 +120,7 @@ ON CONFLICT (session_id) DO UPDATE SET atomic_session_id = excluded.atomic_sessi
     token_hash = excluded.token_hash, name = excluded.name, updated_at = excluded.updated_at
 """
 _UPSERT_LEASE = """
+DELETE FROM brokers WHERE endpoint = :endpoint AND broker_id != :broker_id;
 INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until)
 VALUES (:broker_id, :pid, :endpoint, :started_at, :until)
 ON CONFLICT (broker_id) DO UPDATE SET lease_until = excluded.lease_until
@@ -166,6 +167,10 @@ SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachm
 FROM sticky ORDER BY seq
 """
 _SELECT_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
+_SELECT_LIVE = """
+SELECT broker_id, pid, endpoint, started_at, lease_until AS until FROM brokers
+WHERE lease_until > :now AND broker_id IS NOT :exclude ORDER BY started_at, broker_id
+"""
 _COUNT_LIVE = """
 SELECT count(*) AS live FROM brokers WHERE lease_until > :now AND broker_id IS NOT :exclude
 """
@@ -374,6 +379,10 @@ class SqliteStore:
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         (row,) = _rows(self.conn, _COUNT_LIVE, {"now": now, "exclude": exclude})
         return row["live"]
+
+    def brokers(self, now: float, exclude: str | None = None) -> list[LeaseRenewed]:
+        return [LeaseRenewed(**row) for row in
+                _rows(self.conn, _SELECT_LIVE, {"now": now, "exclude": exclude})]
 
     def close(self) -> None:
         self.conn.close()

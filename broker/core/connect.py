@@ -170,6 +170,7 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
     membership_changed(state, session, before, set(), departing=True)
     asking.session_gone(state, session)
     unbind(state, session)
+    state.cluster.session_left(session)
 
 
 def _reattach(state: State, session: Session, identity: bytes, env: dict, re: str,

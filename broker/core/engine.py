@@ -31,8 +31,9 @@ import uuid
 from typing import Any, Callable
 
 from schemas.errors import BusError
+from schemas.limits import LEASE_S
 
-from . import asking, backlog, connect
+from . import asking, backlog, connect, links
 from .commands import Answer, Command
 from .dedup import fingerprint
 from .dispatch import handle
@@ -65,9 +66,12 @@ class Engine:
                  identities: dict[str, IdentityRecord] | None = None,
                  new_id: Callable[[], str] = _random_id,
                  new_token: Callable[[], str] = _random_token,
-                 warnings: list[str] | None = None, pub_endpoint: str | None = None) -> None:
+                 warnings: list[str] | None = None, pub_endpoint: str | None = None,
+                 endpoint: str = "", lease_s: float = LEASE_S) -> None:
         self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
                            warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
+        self.state.cluster.endpoint = endpoint
+        self.state.cluster.lease_s = lease_s
         if identities:
             self.state.identities.update(identities)
         self._next_sweep_at = 0.0
@@ -87,12 +91,8 @@ class Engine:
         return self.state.internal_errors
 
     @property
-    def other_brokers(self) -> int:
-        return self.state.other_brokers
-
-    @other_brokers.setter
-    def other_brokers(self, count: int) -> None:
-        self.state.other_brokers = count
+    def cluster(self):
+        return self.state.cluster
 
     # -- inputs --------------------------------------------------------------------------
 
@@ -144,8 +144,25 @@ class Engine:
         state = self.state
         state.wall = now if wall is None else wall
         state.peer = peer
+        by_link = state.cluster.by_link
+        if by_link and identity in by_link or envs and links.is_hello(envs[0]):
+            links.receive(state, identity, envs, now)
+            return self._flush()
         for env in envs:
             handle(state, identity, env, now)
+        return self._flush()
+
+    def brokers_read(self, rows: list[dict], now: float, wall: float | None = None) -> list[Command]:
+        """The other brokers' live lease rows, as the store has them now (see
+        :mod:`broker.core.links`)."""
+        self.state.wall = now if wall is None else wall
+        links.brokers_read(self.state, rows, now)
+        return self._flush()
+
+    def stopping(self, now: float, wall: float | None = None) -> list[Command]:
+        """This broker is about to stop: the other brokers are told."""
+        self.state.wall = now if wall is None else wall
+        links.stopping(self.state)
         return self._flush()
 
     def wrote(self, counts: dict[bytes, int], now: float, wall: float | None = None) -> list[Command]:
@@ -178,6 +195,8 @@ class Engine:
                 state.stats["sessions.expired"] += 1
                 connect.disconnect(state, session, "heartbeat", now)
         asking.expire(state, now)
+        if state.cluster.peers:
+            links.tick(state, now)
         return self._flush()
 
     def persisted(self, ticket: int, now: float, wall: float | None = None) -> list[Command]:
@@ -206,7 +225,12 @@ class Engine:
 
     def _flush(self) -> list[Command]:
         state = self.state
+        cluster = state.cluster
+        if cluster.changed:
+            links.flush(state)
         out, state.out = state.out, []
+        if cluster.peers:
+            return links.route(state, render(out))
         return render(out)
 
 

@@ -15,8 +15,8 @@ Invariants:
 * times in records are wall-clock seconds (people and other brokers read them), never
   the monotonic ``now`` the core runs on.
 
-A networked store implements exactly :class:`Store`: ``apply`` (all-or-nothing for a
-batch), ``load`` and ``live_brokers``.
+A networked store implements exactly :class:`Store` (see the README's "Several
+brokers" section for what each operation must guarantee across hosts).
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ class IdentitySaved:
 
 @dataclass(frozen=True, slots=True)
 class LeaseRenewed:
-    """This broker is alive until ``until`` (wall clock), serving ``endpoint``."""
+    """This broker is alive until ``until`` (wall clock), serving ``endpoint``.
+
+    It replaces any other broker's row on the same endpoint: two live brokers cannot
+    serve one endpoint (the bind or the ipc lock refuses the second), so such a row is
+    a dead predecessor's, and a restarted broker never counts it as another broker."""
 
     broker_id: str
     pid: int
@@ -151,5 +155,9 @@ class Store(Protocol):
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         """Brokers whose lease is still valid at wall time ``now``, ``exclude`` aside."""
+
+    def brokers(self, now: float, exclude: str | None = None) -> list[LeaseRenewed]:
+        """The rows of those brokers (their endpoints and lease ends), oldest start first:
+        how brokers sharing a store find each other."""
 
     def close(self) -> None: ...

@@ -27,6 +27,7 @@ from schemas.limits import ASK_TIMEOUT_S, LIVENESS_S, MAX_PENDING_ASKS
 
 from .asks import AskTable
 from .bounded import RecentMap
+from .cluster import Cluster
 from .commands import Answer, Command, Persist
 from .dedup import MessageIds
 from .records import Record
@@ -87,7 +88,7 @@ class State:
     # returning host finds its runs without a scan of every run).
     hosted: dict[str, set[str]] = field(default_factory=dict)
     hosted_before: dict[str, set[str]] = field(default_factory=dict)
-    other_brokers: int = 0
+    cluster: Cluster = field(default_factory=Cluster)   # the other brokers on the database
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)
     internal_errors: list[Exception] = field(default_factory=list)

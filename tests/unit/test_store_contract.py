@@ -218,6 +218,20 @@ def test_a_renewed_lease_counts_until_its_new_expiry(store):
     assert store.live_brokers(NOW + 30) == 1
 
 
+def test_a_lease_on_an_endpoint_replaces_a_dead_predecessors_row_there(store):
+    store.apply([LeaseRenewed("old", 1, "ipc:///tmp/b.sock", NOW - 60, NOW + 30)])
+    store.apply([LeaseRenewed("new", 2, "ipc:///tmp/b.sock", NOW, NOW + 30)])
+    assert [row.broker_id for row in store.brokers(NOW)] == ["new"]
+    assert store.live_brokers(NOW, exclude="new") == 0
+
+
+def test_brokers_lists_the_live_rows_oldest_start_first(store):
+    store.apply([lease("b2", NOW + 30, started_at=NOW + 1), lease("b1", NOW + 30),
+                 lease("dead", NOW - 1)])
+    assert [(row.broker_id, row.endpoint) for row in store.brokers(NOW, exclude="me")] == \
+        [("b1", "ipc:///tmp/b1.sock"), ("b2", "ipc:///tmp/b2.sock")]
+
+
 def test_a_released_lease_is_no_longer_counted(store):
     store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30)])
     store.apply([LeaseReleased("b1")])
@@ -272,6 +286,7 @@ def test_both_stores_give_the_same_snapshot_for_any_history(history):
         assert _without_key(sqlite.load()) == _without_key(memory.load())
         for exclude in (None, "b1"):
             assert sqlite.live_brokers(NOW, exclude) == memory.live_brokers(NOW, exclude)
+            assert sqlite.brokers(NOW, exclude) == memory.brokers(NOW, exclude)
     finally:
         sqlite.close()
         memory.close()
