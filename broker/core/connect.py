@@ -68,6 +68,11 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     if live is not None and _token_ok(live, env.get("token")):
         _reattach(state, live, identity, env, re, now)
         return
+    if live is not None and live.broker is not None and _secret_ok(state, live.id, env.get("token")):
+        # Held by another broker (a mirror) and claimed with its secret: the client
+        # moved here, from a broker that died or that it lost; that broker hears of it.
+        state.stats["sessions.moved_here"] += 1
+        disconnect(state, live, "moved", now)
 
     _check_room(state)
     parent_id = env.get("parent") or None
@@ -254,13 +259,16 @@ def _grant_id(state: State, env: dict) -> tuple[str, str | None]:
         return state.new_id(), "not a session id this broker issues"
     if wanted in state.registry.by_id:
         return state.new_id(), "a live session holds that id"
-    record = state.identities.get(wanted)
-    if record is None:
-        return wanted, None
-    token = env.get("token")
-    if isinstance(token, str) and hmac.compare_digest(token_hash(token), record.token_hash):
+    if wanted not in state.identities or _secret_ok(state, wanted, env.get("token")):
         return wanted, None
     return state.new_id(), "the reclaim secret does not match the id's last holder"
+
+
+def _secret_ok(state: State, session_id: str, token: Any) -> bool:
+    """Whether ``token`` is the reclaim secret of the id's last holder."""
+    record = state.identities.get(session_id)
+    return record is not None and isinstance(token, str) and \
+        hmac.compare_digest(token_hash(token), record.token_hash)
 
 
 def _token_ok(session: Session, token: Any) -> bool:

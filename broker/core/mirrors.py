@@ -22,7 +22,7 @@ from schemas.names import IDLE, INTERACTIVE, LIVE
 from .cluster import Peer, mirror_identity
 from .presence import membership_changed, status_changed
 from .sessions import Session
-from .state import State
+from .state import IdentityRecord, State
 
 
 def upsert(state: State, peer: Peer, row: Any, now: float) -> None:
@@ -63,6 +63,10 @@ def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
         last_seen_at=now, peer=f"link:{peer.broker_id}", broker=peer.broker_id)
     state.registry.add(session)
     state.cluster.remote[session.id] = session
+    token_hash = row.get("tokenHash")
+    if isinstance(token_hash, str) and token_hash:
+        # Who holds the id, so its secret (and only that) takes it back here.
+        state.identities[session.id] = IdentityRecord(session.atomic_session_id, token_hash)
     peer.mirrors.add(session.id)
     membership_changed(state, session, set(), set(session.groups), connecting=True)
 

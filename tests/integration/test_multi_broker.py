@@ -235,3 +235,39 @@ def test_an_ask_fails_at_once_when_its_target_closes_on_the_other_broker(two):
     b.close()
     asker.join(5)
     assert (result.get("ok"), result.get("code")) == (False, "peer_disconnected")
+
+
+# -- clients fail over -----------------------------------------------------------------
+
+def test_a_client_fails_over_to_the_next_broker_with_its_id_and_memberships(two):
+    endpoints = [p.endpoint for p in two.brokers]
+    a = two.connect(0, "alice", group="team")
+    a.close()
+    from client import Client   # noqa: PLC0415
+    alice = Client.connect(name="alice", endpoint=endpoints, group="team", timeout=15)
+    two.opened.append(alice)
+    assert alice.intercom(action="join", group="extra")["ok"]
+    b = two.connect(1, "bob", group="team")
+    linked(two, [alice, b], ["alice", "bob"], 1)
+    first_broker = alice.intercom(action="status")["broker"]["id"]
+    old_id = alice.id
+    two.brokers[0].kill()
+    started = time.monotonic()
+    # A call made meanwhile waits for the new broker's welcome and is answered there.
+    wait_until(lambda: alice.intercom(action="status").get("broker", {}).get("id")
+               not in (None, first_broker), LIVENESS_S + 10, "alice welcomed by the other broker")
+    failover_s = time.monotonic() - started
+    status = alice.intercom(action="status")
+    assert (alice.id, sorted(status["groups"])) == (old_id, ["extra", "team"])
+    assert failover_s < LIVENESS_S + 5
+    assert b.intercom(action="send", to="alice", message="you moved")["ok"]
+    assert alice.receive(5)["message"] == "you moved"
+
+
+def test_endpoint_lists_come_from_the_environment_as_comma_separated_text(two, monkeypatch):
+    from client import Client   # noqa: PLC0415
+    monkeypatch.setenv("INTERCOM_ENDPOINT", ",".join(p.endpoint for p in reversed(two.brokers)))
+    session = Client.connect(name="envy", timeout=15)
+    two.opened.append(session)
+    assert session.intercom(action="status")["ok"]
+    assert session.endpoint == two.brokers[1].endpoint
