@@ -11,6 +11,7 @@ The API the IO shell uses (every call from the shell's own thread)::
         report["error"]                                 # str | None
         report["code"]                                  # failed tickets' error code | None
         report["retained"], report["lost"]              # unwaited records kept / dropped
+        report.get("refused", [])                       # tickets of claims refused
         report["brokers"]                               # list of lease rows | None
     worker.submit([(None, READ_BROKERS)])               # ask for the rows alone
     worker.stop(release=LeaseReleased(broker_id))       # safe to call twice
@@ -226,9 +227,10 @@ class PersistenceWorker:
         wants_brokers = len(records) < len(items) or \
             any(type(record) is LeaseRenewed for record in records)
         error = None if not self._retained else self._write_retained()
+        refused: list = []
         if error is None:
             try:
-                self.store.apply(records)
+                refused = self.store.apply(records) or []
             except Exception as exc:  # disk full, a lock, corrupt file, a bad record
                 error = exc
         if error is not None:
@@ -240,6 +242,11 @@ class PersistenceWorker:
         self.commits += 1
         self.records += len(records)
         report = self._report(tickets, [], None, None)
+        if refused:
+            # Claims another live broker's session holds (records.SessionClaimed).
+            ids = {id(record) for record in refused}
+            report["refused"] = [t for t, record in items if t is not None and id(record) in ids]
+            report["done"] = [t for t in tickets if t not in report["refused"]]
         if wants_brokers:
             try:
                 report["brokers"] = [

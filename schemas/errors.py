@@ -105,6 +105,7 @@ _TABLE = [
     ErrorSpec("target_backlogged", "state", "{name} is not reading its messages: {size} bytes "
               "sent to it are unread (limit {limit}); nothing was delivered, try again later"),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
+    ErrorSpec("session_id_held", "state", "A live session on another broker holds that id"),
     ErrorSpec("store_unavailable", "state", "The broker's database is locked by another process "
               "or otherwise unavailable; the message was not kept: retry later"),
     # -- peer ----------------------------------------------------------------------

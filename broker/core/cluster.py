@@ -86,6 +86,7 @@ class Cluster:
     remote: dict[str, Session] = field(default_factory=dict)     # mirror id -> mirror
     forwarded: dict[str, dict[str, Forwarded]] = field(default_factory=dict)
     changed: dict[str, Session] = field(default_factory=dict)    # local sessions to tell about
+    claiming: set[bytes] = field(default_factory=set)   # hellos waiting for their id's claim
     # Brokers that said bye: their row may still be read before its release commits.
     departed: RecentSet = field(default_factory=lambda: RecentSet(64))
     next_heartbeat_at: float = 0.0

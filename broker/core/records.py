@@ -57,6 +57,30 @@ class LeaseReleased:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionClaimed:
+    """Broker ``broker_id`` grants ``session_id`` to a live session of its own.
+
+    Store-wide, at most one live broker holds an id: the claim takes the id when
+    nobody holds it, when ``broker_id`` does, or when its holder's lease has ended at
+    ``at`` or is among ``gone`` (brokers the claimant saw die, whose lease runs on).
+    Otherwise it is *refused*: nothing of it is written, the rest of its batch is,
+    and :meth:`Store.apply` returns it."""
+
+    session_id: str
+    broker_id: str
+    at: float
+    gone: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReleased:
+    """The session left ``broker_id``: its claim goes (a claim of another broker stays)."""
+
+    session_id: str
+    broker_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunSaved:
     """The whole tree of a workflow run (see :meth:`broker.core.runs.Run.record`)."""
 
@@ -113,12 +137,12 @@ class StickyDropped:
     seq: int
 
 
-Record = (IdentitySaved | LeaseRenewed | LeaseReleased | RunSaved | RunEnded | StickySaved
-          | StickyAnswered | StickyDelivery | StickyDropped)
+Record = (IdentitySaved | LeaseRenewed | LeaseReleased | SessionClaimed | SessionReleased
+          | RunSaved | RunEnded | StickySaved | StickyAnswered | StickyDelivery | StickyDropped)
 
 RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    IdentitySaved, LeaseRenewed, LeaseReleased, RunSaved, RunEnded, StickySaved,
-    StickyAnswered, StickyDelivery, StickyDropped)}
+    IdentitySaved, LeaseRenewed, LeaseReleased, SessionClaimed, SessionReleased, RunSaved,
+    RunEnded, StickySaved, StickyAnswered, StickyDelivery, StickyDropped)}
 
 
 @dataclass(slots=True)
@@ -147,8 +171,11 @@ class Store(Protocol):
     networked database next. Implementations need not be thread-safe: one thread
     (the persistence worker) uses a store at a time."""
 
-    def apply(self, records: Sequence[Record]) -> None:
-        """Make every record durable in one transaction, or none of them (raise)."""
+    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
+        """Make every record durable in one transaction, or none of them (raise).
+
+        Returns the claims refused (see :class:`SessionClaimed`); they are not an error
+        and the rest of the batch is kept."""
 
     def load(self) -> Snapshot:
         """What the engine restores from, as committed."""

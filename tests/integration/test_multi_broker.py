@@ -271,3 +271,39 @@ def test_endpoint_lists_come_from_the_environment_as_comma_separated_text(two, m
     two.opened.append(session)
     assert session.intercom(action="status")["ok"]
     assert session.endpoint == two.brokers[1].endpoint
+
+
+# -- one id, one live session, store-wide ------------------------------------------------
+
+def test_simultaneous_reclaims_of_one_id_on_two_brokers_grant_it_to_exactly_one(two):
+    from client import Client   # noqa: PLC0415
+    watcher = two.connect(1, "watcher", group="team")
+    first = two.connect(0, "twin", group="team")
+    identity = {"sessionId": first.id, "reclaimSecret": first.token}
+    wait_until(lambda: sees(watcher, "twin"), 15, "the id's holder mirrored on broker 1")
+    for round_ in range(5):
+        first.close()
+        wait_until(lambda: not sees(watcher, "twin"), 10, "the id released")
+        barrier = threading.Barrier(2)
+        opened: list = [None, None]
+
+        def connect(index: int) -> None:
+            barrier.wait()
+            opened[index] = Client.connect(name="twin", endpoint=two.brokers[index].endpoint,
+                                           group="team", identity=identity, timeout=15)
+
+        threads = [threading.Thread(target=connect, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        two.opened.extend(opened)
+        reclaimed = [s.welcome.get("reclaimed") for s in opened]
+        assert sorted(reclaimed) == [False, True], (round_, [s.welcome for s in opened])
+        winner, loser = opened if reclaimed[0] else opened[::-1]
+        assert winner.id == identity["sessionId"] != loser.id
+        assert "another broker" in loser.welcome["reason"] or \
+            "a live session holds that id" in loser.welcome["reason"]
+        loser.close()
+        first = winner
+        identity = {"sessionId": first.id, "reclaimSecret": first.token}

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.core.records import (IdentitySaved, LeaseReleased, LeaseRenewed, RunEnded, RunSaved,
+                                 SessionClaimed, SessionReleased,
                                  Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
                                  StickyRow, StickySaved, Store)
 from broker.memory_store import IDENTITY_KEEP_S, MemoryStore
@@ -236,6 +237,37 @@ def test_a_released_lease_is_no_longer_counted(store):
     store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30)])
     store.apply([LeaseReleased("b1")])
     assert store.live_brokers(NOW, exclude="b2") == 0
+
+
+# -- session claims ----------------------------------------------------------------------
+
+def test_an_id_held_by_a_live_broker_is_refused_to_another_and_the_rest_of_the_batch_kept(store):
+    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), SessionClaimed("x", "b1", NOW)])
+    refused = store.apply([SessionClaimed("x", "b2", NOW), RunSaved("r1", {})])
+    assert (refused, store.claims(), store.load().runs) == (
+        [SessionClaimed("x", "b2", NOW)], {"x": "b1"}, [RunSaved("r1", {})])
+
+
+def test_an_id_is_claimed_from_a_broker_whose_lease_ended_or_that_the_claimant_saw_die(store):
+    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 300), lease("b3", NOW + 300),
+                 SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b2", NOW)])
+    assert store.apply([SessionClaimed("x", "b3", NOW + 60),
+                        SessionClaimed("y", "b3", NOW, gone=["b2"])]) == []
+    assert store.claims() == {"x": "b3", "y": "b3"}
+
+
+def test_a_release_frees_only_the_releasing_brokers_claim(store):
+    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), SessionClaimed("x", "b1", NOW)])
+    store.apply([SessionReleased("x", "b2")])
+    assert store.claims() == {"x": "b1"}
+    store.apply([SessionReleased("x", "b1")])
+    assert store.apply([SessionClaimed("x", "b2", NOW)]) == [] and store.claims() == {"x": "b2"}
+
+
+def test_a_lease_renewal_forgets_the_claims_of_brokers_without_a_row(store):
+    store.apply([lease("b1", NOW + 30), SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b9", NOW)])
+    store.apply([lease("b1", NOW + 60)])
+    assert store.claims() == {"x": "b1"}
 
 
 # -- both stores, random histories -------------------------------------------------------
