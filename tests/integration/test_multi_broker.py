@@ -166,6 +166,25 @@ def test_ask_and_reply_across_brokers_with_pending_on_the_targets_side(two):
     assert (result["ok"], result["message"], result["messageId"]) == (True, "noon", ask["id"])
 
 
+def test_a_child_on_another_broker_inherits_the_group_and_reaches_its_supervisor(two):
+    parent = two.connect(0, "lead", group="crew")
+    linked(two, [parent], [], 1)
+    grant = parent.grant_child()["grant"]
+    # The parent must be mirrored on broker 1 before the child says hello there.
+    watcher = two.connect(1, "watcher", group="crew")
+    wait_until(lambda: sees(watcher, "lead"), 15, "the parent mirrored on broker 1")
+    child = two.connect(1, "child", parent=parent.id, grant=grant, kind="noninteractive")
+    assert child.intercom(action="status")["homeGroup"] == "crew"
+    result = {}
+    asker = threading.Thread(target=lambda: result.update(child.contact_supervisor("stuck")))
+    asker.start()
+    got = parent.receive(5)
+    assert (got["message"], got.get("supervisor"), got["from"]) == ("stuck", True, child.id)
+    assert parent.intercom(action="reply", message="try again")["ok"]
+    asker.join(10)
+    assert (result.get("ok"), result.get("message")) == (True, "try again")
+
+
 def test_presence_across_brokers_in_band_and_on_every_pub(two):
     a = two.connect(0, "alice", group="team")
     two.connect(1, "early", group="team")
