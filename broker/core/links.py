@@ -62,7 +62,7 @@ def brokers_read(state: State, rows: list[dict], now: float) -> None:
             continue
         peer = cluster.peers.get(broker_id)
         if peer is None:
-            _meet(state, broker_id, endpoint, until)
+            _meet(state, broker_id, endpoint, until, now)
         else:
             peer.lease_until = max(peer.lease_until, until)
     for peer in [p for b, p in cluster.peers.items() if b not in seen and p.lease_until <= state.wall]:
@@ -169,7 +169,7 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
     cluster = state.cluster
     peer = cluster.peers.get(broker_id)
     if peer is None:
-        peer = _meet(state, broker_id, env["endpoint"], env["until"])
+        peer = _meet(state, broker_id, env["endpoint"], env["until"], now)
     elif peer.gone:
         peer.gone = False
         _say_hello(state, peer)
@@ -252,7 +252,10 @@ _LINK_HANDLERS = {
 
 # -- internals -----------------------------------------------------------------------
 
-def _meet(state: State, broker_id: str, endpoint: str, until: float) -> Peer:
+def _meet(state: State, broker_id: str, endpoint: str, until: float, now: float) -> Peer:
+    for old in [p for p in state.cluster.peers.values() if p.endpoint == endpoint]:
+        # Its successor serves the endpoint now (two live brokers cannot share one).
+        _part(state, old, "replaced", now)
     peer = state.cluster.peers[broker_id] = Peer(broker_id, endpoint, until)
     state.out.append(LinkOpen(broker_id, endpoint))
     _say_hello(state, peer)

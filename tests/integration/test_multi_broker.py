@@ -242,6 +242,34 @@ def test_an_ask_waiting_on_a_killed_broker_fails_promptly(two):
     assert time.monotonic() - started < LIVENESS_S + 3
 
 
+def test_sends_in_flight_to_a_killed_broker_are_each_answered_within_the_liveness_window(two):
+    a = two.connect(0, "alice", group="team")
+    b = two.connect(1, "bob", group="team")
+    linked(two, [a, b], ["alice", "bob"], 1)
+    stop = threading.Event()
+    futures: list = []
+
+    def pump() -> None:
+        while not stop.is_set() and len(futures) < 200_000:
+            futures.append(a.send_nowait("bob", "x" * 64))
+            if len(futures) % 256 == 0:
+                futures[-1].result(10)        # a bounded window, as real senders keep
+
+    sender = threading.Thread(target=pump)
+    sender.start()
+    wait_until(lambda: len(futures) > 2000, 10, "traffic flowing")
+    two.brokers[1].kill()
+    killed_at = time.monotonic()
+    wait_until(lambda: not sees(a, "bob"), LIVENESS_S + 3, "bob gone on alice's broker")
+    stop.set()
+    sender.join(10)
+    answers = [f.result(LIVENESS_S + 3) for f in futures]
+    assert time.monotonic() - killed_at < 2 * LIVENESS_S + 6
+    codes = {r.get("code") for r in answers if not r["ok"]}
+    assert codes <= {"peer_disconnected", "target_not_found"}, codes
+    assert sum(r["ok"] for r in answers) > 2000
+
+
 def test_an_ask_fails_at_once_when_its_target_closes_on_the_other_broker(two):
     a = two.connect(0, "alice", group="team")
     b = two.connect(1, "bob", group="team")
