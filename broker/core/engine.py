@@ -187,7 +187,9 @@ class Engine:
         if now >= self._next_sweep_at:
             self._next_sweep_at = now + SWEEP_INTERVAL_S
             cutoff = now - state.limits.liveness_s
-            silent = [s for s in state.registry.by_id.values() if s.last_seen_at < cutoff]
+            # A mirror's liveness is its broker's link (broker.core.links), not its own.
+            silent = [s for s in state.registry.by_id.values()
+                      if s.last_seen_at < cutoff and s.broker is None]
             if len(silent) > EXPIRE_PER_SWEEP:
                 silent = silent[:EXPIRE_PER_SWEEP]
                 self._next_sweep_at = now    # more to do: come back next round

@@ -155,6 +155,19 @@ def test_an_ask_waiting_on_a_broker_that_goes_silent_fails_and_its_sessions_leav
     assert pair.a.engine.cluster.live_count(pair.a.now) == 0
 
 
+def test_the_other_brokers_sessions_stay_while_its_link_lives_past_the_liveness_window():
+    pair = linked_pair()
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.b, "bob")
+    for _ in range(5):                           # 5 liveness windows of heartbeats
+        for node, name in ((pair.a, b"alice"), (pair.b, b"bob")):
+            node.now += node.engine.state.limits.liveness_s / 2
+            pair.deliver(node, node.engine.tick(node.now))
+            pair.deliver(node, node.engine.receive(name, envelope("hb"), node.now))
+    rows = result_for(pair.call(pair.a, b"alice", "list", "l1"), b"alice", "l1")["sessions"]
+    assert [r["name"] for r in rows] == ["bob"]
+
+
 def test_a_link_hello_without_the_databases_proof_is_ignored():
     pair = Pair()
     pair.hello(pair.a, "alice")
