@@ -228,7 +228,7 @@ class PersistenceWorker:
             any(type(record) is LeaseRenewed for record in records)
         error = None if not self._retained else self._write_retained()
         refused: list = []
-        if error is None:
+        if error is None and records:     # a read of the brokers alone writes nothing
             try:
                 refused = self.store.apply(records) or []
             except Exception as exc:  # disk full, a lock, corrupt file, a bad record
@@ -239,8 +239,9 @@ class PersistenceWorker:
                 self._retain([record for ticket, record in items
                               if ticket is None and record is not READ_BROKERS])
             return self._report([], tickets, repr(error), code)
-        self.commits += 1
-        self.records += len(records)
+        if records:
+            self.commits += 1
+            self.records += len(records)
         report = self._report(tickets, [], None, None)
         if refused:
             # Claims another live broker's session holds (records.SessionClaimed).

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas.limits import LEASE_S
+
 from .bounded import RecentMap
 from .sessions import Session
 
@@ -80,7 +82,7 @@ class Forwarded:
 @dataclass(slots=True, eq=False)
 class Cluster:
     endpoint: str = ""                 # this broker's ROUTER endpoint (told in hellos)
-    lease_s: float = 120.0             # this broker's lease (told in hellos, heartbeats)
+    lease_s: float = LEASE_S           # this broker's lease (told in hellos, heartbeats)
     peers: dict[str, Peer] = field(default_factory=dict)
     by_link: dict[bytes, str] = field(default_factory=dict)      # link identity -> broker id
     remote: dict[str, Session] = field(default_factory=dict)     # mirror id -> mirror
