@@ -11,7 +11,9 @@ refused reclaim.
 
 A broker that died keeps its lease row until the lease runs out; its claims do not
 block anyone meanwhile, since each claim names the brokers the claimant has seen
-die (``gone``).
+die (``gone``), and those whose link has been silent for :data:`SUSPECT_S`: a client
+fails over only once its own broker went silent, about as long after the last
+heartbeat as this broker gives up on the link, and must not lose its id to that race.
 
 Invariants: an identity has at most one claim in flight (``Cluster.claiming``), and
 gets exactly one welcome for it.
@@ -22,11 +24,13 @@ from __future__ import annotations
 from typing import Callable
 
 from schemas.errors import BusError
+from schemas.limits import HEARTBEAT_S
 
 from .records import SessionClaimed
 from .state import State
 
 Open = Callable[[str, "str | None", float], None]
+SUSPECT_S = 2 * HEARTBEAT_S    # a link silent this long: its broker is taken for dead by claims
 
 
 def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
@@ -34,7 +38,7 @@ def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
     """Claim ``session_id`` and open the session with ``open_as(id, refusal, now)``,
     at once or once the claim is committed."""
     if not (reclaiming and refusal is None and state.cluster.peers):
-        state.persist(_claim(state, session_id))
+        state.persist(_claim(state, session_id, now))
         open_as(session_id, refusal, now)
         return
     claiming = state.cluster.claiming
@@ -48,12 +52,13 @@ def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
         claiming.discard(identity)
         state.stats[f"claims.refused.{error.code}"] += 1
         fresh = state.new_id()
-        state.persist(_claim(state, fresh))
+        state.persist(_claim(state, fresh, now))
         open_as(fresh, error.text, now)
 
-    state.persist(_claim(state, session_id), granted, refused)
+    state.persist(_claim(state, session_id, now), granted, refused)
 
 
-def _claim(state: State, session_id: str) -> SessionClaimed:
-    gone = [p.broker_id for p in state.cluster.peers.values() if p.gone]
+def _claim(state: State, session_id: str, now: float) -> SessionClaimed:
+    gone = [p.broker_id for p in state.cluster.peers.values()
+            if p.gone or p.identity is not None and now - p.heard_at > SUSPECT_S]
     return SessionClaimed(session_id, state.broker_id, state.wall, gone)

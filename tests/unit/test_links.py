@@ -202,3 +202,13 @@ def test_the_first_of_two_claims_committed_wins_and_the_other_opens_a_fresh_id()
     on_a, on_b = result_for(pair.seen[pair.a], b"t1", "h1"), result_for(pair.seen[pair.b], b"t2", "h2")
     assert (on_a["reclaimed"], on_b["reclaimed"]) == (True, False)
     assert on_a["sessionId"] == first["sessionId"] != on_b["sessionId"]
+
+
+def test_a_client_moving_from_a_broker_whose_link_fell_silent_keeps_its_id():
+    pair = linked_pair()
+    first = pair.hello(pair.a, "alice")
+    pair.b.now += 2.5            # A went quiet (killed): not yet given up on, but suspect
+    welcome = pair.hello(pair.b, "alice", sessionId=first["sessionId"], token=first["token"])
+    assert (welcome["reclaimed"], welcome["sessionId"]) == (True, first["sessionId"])
+    assert pair.store.claims()[first["sessionId"]] == "bb"
+    assert pair.b.engine.registry.by_id[first["sessionId"]].broker is None
