@@ -10,6 +10,7 @@ from pathlib import Path
 from schemas.bounds import BOUNDS
 from schemas.limits import LEASE_S
 from schemas.config import load_config
+from schemas.limits import LEASE_S
 from schemas.paths import data_dir, database_path, ensure_data_dir, pub_endpoint, router_endpoint
 
 from .core import Limits
@@ -42,12 +43,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host-lease-s", type=float, default=LEASE_S, metavar="S",
                         help="how long a run whose host left stays as it was before it is "
                         f"dormant (default {LEASE_S:g} s)")
+    parser.add_argument("--broker-lease-s", type=_positive_float, default=LEASE_S, metavar="SECONDS",
+                        help="this broker's lease row in the database, renewed every third of it; "
+                        "other brokers on the database count it live until it ends "
+                        f"(default {LEASE_S:g})")
     limits = parser.add_argument_group("limits", "what one client may make the broker hold "
                                        "(also config fields; see the README's limits table)")
     for bound in BOUNDS:
         limits.add_argument(bound.flag, dest=bound.field, type=_positive_int, metavar="N",
                             help=f"{bound.meaning} (default {bound.default}; refused with {bound.code})")
     return parser.parse_args(argv)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -116,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         curve_dir=args.curve.expanduser() if args.curve else None,
         insecure=args.insecure,
         data_dir=base,
+        broker_lease_s=args.broker_lease_s,
     )
     try:
         broker = Broker(settings)

@@ -10,7 +10,12 @@ Semantics (the SQLite store keeps the same ones):
 * ``apply`` is all-or-nothing: the batch is applied in order to copies of the tables,
   which replace the live ones only when every record went in;
 * ``IdentitySaved`` upserts by session id; ``LeaseRenewed`` upserts by broker id but
-  keeps the first ``started_at``, ``pid`` and ``endpoint``; ``LeaseReleased`` deletes;
+  keeps the first ``started_at``, ``pid`` and ``endpoint``, and deletes every other
+  broker's row on the same endpoint; ``LeaseReleased`` deletes;
+* ``SessionClaimed`` takes an id unless another broker with a live lease (not among
+  the claim's ``gone``) holds it, and is returned refused then; ``SessionReleased``
+  deletes a claim of that broker; a lease renewal forgets the claims of brokers
+  without a row;
 * ``RunSaved`` upserts by run id (a run keeps its place in load order);
   ``RunEnded`` deletes the run, its sticky entries and their deliveries;
 * ``StickySaved`` inserts, and a seq already stored fails the batch;
@@ -46,8 +51,9 @@ import msgpack
 
 from .core.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
                            InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
-                           RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
-                           StickyAnswered, StickyDelivery, StickyDropped, StickyRow, StickySaved)
+                           RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
+                           SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
+                           StickyRow, StickySaved)
 
 IDENTITY_KEEP_S = 30 * 24 * 3600   # who held an id is remembered for 30 days
 IDENTITY_LIMIT = 200_000           # newest identities restored at start, at most
@@ -66,6 +72,7 @@ def copy_payload(value: Any) -> Any:
 class _Tables:
     identities: dict[str, IdentitySaved] = field(default_factory=dict)
     leases: dict[str, LeaseRenewed] = field(default_factory=dict)
+    claims: dict[str, str] = field(default_factory=dict)     # session id -> broker id
     runs: dict[str, RunSaved] = field(default_factory=dict)
     sticky: dict[int, StickySaved] = field(default_factory=dict)
     answered: dict[int, list[str]] = field(default_factory=dict)
@@ -91,12 +98,34 @@ def _identity(tables: _Tables, record: IdentitySaved) -> None:
 
 
 def _lease(tables: _Tables, record: LeaseRenewed) -> None:
+    for other in [b for b, lease in tables.leases.items()
+                  if lease.endpoint == record.endpoint and b != record.broker_id]:
+        del tables.leases[other]
     held = tables.leases.get(record.broker_id)
+    # Claims of brokers without a row are nobody's: they go with each renewal.
+    live = set(tables.leases) | {record.broker_id}
+    for session_id in [s for s, b in tables.claims.items() if b not in live]:
+        del tables.claims[session_id]
     tables.leases[record.broker_id] = record if held is None else dataclasses.replace(held, until=record.until)
 
 
 def _release(tables: _Tables, record: LeaseReleased) -> None:
     tables.leases.pop(record.broker_id, None)
+
+
+def _claim(tables: _Tables, record: SessionClaimed) -> bool:
+    holder = tables.claims.get(record.session_id)
+    lease = tables.leases.get(holder) if holder is not None else None
+    if holder is not None and holder != record.broker_id and lease is not None \
+            and lease.until > record.at and holder not in record.gone:
+        return False
+    tables.claims[record.session_id] = record.broker_id
+    return True
+
+
+def _unclaim(tables: _Tables, record: SessionReleased) -> None:
+    if tables.claims.get(record.session_id) == record.broker_id:
+        del tables.claims[record.session_id]
 
 
 def _run(tables: _Tables, record: RunSaved) -> None:
@@ -167,6 +196,8 @@ _WRITERS: dict[type, Callable[[_Tables, Any], None]] = {
     IdentitySaved: _identity,
     LeaseRenewed: _lease,
     LeaseReleased: _release,
+    SessionClaimed: _claim,
+    SessionReleased: _unclaim,
     RunSaved: _run,
     RunEnded: _run_end,
     StickySaved: _sticky,
@@ -199,14 +230,20 @@ class MemoryStore:
         self._closed = False
         self._grant_key = secrets.token_bytes(32)
 
-    def apply(self, records: Sequence[Record]) -> None:
-        """Apply ``records`` in order, all or none. Raises TypeError for a value that
-        is not a record or not encodable, ValueError for a sticky seq already stored."""
+    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
+        """Apply ``records`` in order, all or none; returns the refused claims. Raises
+        TypeError for a value that is not a record or not encodable, ValueError for a
+        sticky seq already stored."""
         self._check_open()
         staged = self._tables.copy()
-        for record in records:
-            writer_for(record, _WRITERS)(staged, record)
+        refused = [record for record in records
+                   if writer_for(record, _WRITERS)(staged, record) is False]
         self._tables = staged
+        return refused
+
+    def claims(self) -> dict[str, str]:
+        """Who holds each claimed id (for tests)."""
+        return dict(self._tables.claims)
 
     def load(self) -> Snapshot:
         self._check_open()
@@ -237,6 +274,12 @@ class MemoryStore:
         self._check_open()
         return sum(1 for lease in self._tables.leases.values()
                    if lease.until > now and lease.broker_id != exclude)
+
+    def brokers(self, now: float, exclude: str | None = None) -> list[LeaseRenewed]:
+        self._check_open()
+        return sorted((lease for lease in self._tables.leases.values()
+                       if lease.until > now and lease.broker_id != exclude),
+                      key=lambda lease: (lease.started_at, lease.broker_id))
 
     def close(self) -> None:
         self._closed = True

@@ -11,7 +11,9 @@ The API the IO shell uses (every call from the shell's own thread)::
         report["error"]                                 # str | None
         report["code"]                                  # failed tickets' error code | None
         report["retained"], report["lost"]              # unwaited records kept / dropped
-        report["brokers"]                               # int | None
+        report.get("refused", [])                       # tickets of claims refused
+        report["brokers"]                               # list of lease rows | None
+    worker.submit([(None, READ_BROKERS)])               # ask for the rows alone
     worker.stop(release=LeaseReleased(broker_id))       # safe to call twice
 
 Theory of operation. ``submit`` appends the batch to an inbox deque and sends a 1-byte
@@ -19,8 +21,9 @@ wake frame over an inproc PAIR; the records cross threads by reference, never
 encoded, so the shell's cost per round is one append and one send. The worker drains
 every batch waiting in the inbox, applies them all with one ``store.apply`` (group
 commit: one transaction, one fsync), and sends back one msgpack report naming the
-tickets now durable; after a batch holding a ``LeaseRenewed`` the report also counts
-the other brokers whose lease is live. A failed transaction reports the same tickets
+tickets now durable; after a batch holding a ``LeaseRenewed`` or :data:`READ_BROKERS`
+(a marker, not a record) the report also lists the other brokers whose lease is live
+(``broker_id``, ``endpoint``, ``until``): how the shell finds the brokers to link to. A failed transaction reports the same tickets
 failed, with the error text and the error code their waiters get (see
 :func:`broker.store.failure_code`), and the worker keeps serving: nothing waits forever
 and nothing is claimed kept that was not.
@@ -81,6 +84,7 @@ RETAIN_LIMIT = 50_000        # retained records at most; past it the oldest are 
 UNAVAILABLE = "store_unavailable"
 
 Batch = list[tuple[int | None, Record]]
+READ_BROKERS = "read-brokers"   # in a batch: report the live brokers' rows (no write)
 
 
 class PersistenceWorker:
@@ -219,26 +223,38 @@ class PersistenceWorker:
 
     def _commit(self, items: Batch) -> dict[str, Any]:
         tickets = [ticket for ticket, _ in items if ticket is not None]
-        records = [record for _, record in items]
+        records = [record for _, record in items if record is not READ_BROKERS]
+        wants_brokers = len(records) < len(items) or \
+            any(type(record) is LeaseRenewed for record in records)
         error = None if not self._retained else self._write_retained()
-        if error is None:
+        refused: list = []
+        if error is None and records:     # a read of the brokers alone writes nothing
             try:
-                self.store.apply(records)
+                refused = self.store.apply(records) or []
             except Exception as exc:  # disk full, a lock, corrupt file, a bad record
                 error = exc
         if error is not None:
             code = failure_code(error)
             if code == UNAVAILABLE:
-                self._retain([record for ticket, record in items if ticket is None])
+                self._retain([record for ticket, record in items
+                              if ticket is None and record is not READ_BROKERS])
             return self._report([], tickets, repr(error), code)
-        self.commits += 1
-        self.records += len(records)
+        if records:
+            self.commits += 1
+            self.records += len(records)
         report = self._report(tickets, [], None, None)
-        if any(type(record) is LeaseRenewed for record in records):
+        if refused:
+            # Claims another live broker's session holds (records.SessionClaimed).
+            ids = {id(record) for record in refused}
+            report["refused"] = [t for t, record in items if t is not None and id(record) in ids]
+            report["done"] = [t for t in tickets if t not in report["refused"]]
+        if wants_brokers:
             try:
-                report["brokers"] = self.store.live_brokers(time.time(), exclude=self.broker_id)
+                report["brokers"] = [
+                    {"broker_id": row.broker_id, "endpoint": row.endpoint, "until": row.until}
+                    for row in self.store.brokers(time.time(), exclude=self.broker_id)]
             except Exception as exc:  # the batch is durable all the same
-                report["error"] = f"counting live brokers: {exc!r}"
+                report["error"] = f"reading live brokers: {exc!r}"
         return report
 
     def _report(self, done: list[int], failed: list[int], error: str | None,

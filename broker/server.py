@@ -24,17 +24,21 @@ from zmq.backend import zmq_poll
 from schemas.agent_config import load_agents
 from schemas.envelopes import error_result
 from schemas.errors import BusError
-from schemas.limits import LEASE_RENEW_S, LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
+from schemas.limits import LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
+from .core.commands import LinkClose, LinkOpen, LinkSend
 from .core.records import LeaseReleased, LeaseRenewed, Snapshot
 from .curve import CurveError, CurveServer, exposed
 from .logs import get_logger
-from .persistence import PersistenceWorker
+from .persistence import READ_BROKERS, PersistenceWorker
 from .store import StoreOpenError, open_store
 
 DRAIN_LIMIT = 512
+DISCOVERY_S = 1.0            # how often the other brokers' lease rows are read, at most
+# A link frame may carry a delivery as large as any frame the broker sends a client.
+LINK_FRAME_BYTES = MAX_INBOUND_FRAME_BYTES + (64 << 10)
 MAX_POLL_S = 0.5
 MAX_POLL_MS = MAX_POLL_S * 1000
 # Garbage-collector thresholds while serving. Routing allocates short-lived dicts by
@@ -76,6 +80,7 @@ class BrokerSettings:
     synchronous: str = "FULL"
     curve_dir: Path | None = None      # CURVE keys (python -m broker keys); None: no CURVE
     insecure: bool = False             # allow a non-loopback TCP bind without CURVE
+    broker_lease_s: float = LEASE_S    # this broker's lease row; renewed every third of it
     data_dir: Path | None = None       # holds agents/<agent>/config (default: the db's directory)
 
     @property
@@ -108,7 +113,8 @@ class Broker:
             self._lock_ipc(settings.pub_endpoint)
             snapshot = self._open_store()
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
-                                 warnings=self.warnings, pub_endpoint=settings.pub_endpoint)
+                                 warnings=self.warnings, pub_endpoint=settings.pub_endpoint,
+                                 endpoint=settings.endpoint, lease_s=settings.broker_lease_s)
             restored = self.engine.restore(snapshot, time.time())
             self._load_agents()
             self._bind()
@@ -120,6 +126,8 @@ class Broker:
         self.worker.ready.wait()
         self._started_wall = time.time()
         self._lease_due = 0.0
+        self._brokers_due = 0.0
+        self.links: dict[str, zmq.Socket] = {}   # broker id -> DEALER to its ROUTER
         self._packb = new_packer()
         self.frames_in = 0
         self.frames_out = 0
@@ -242,6 +250,7 @@ class Broker:
         gc.set_threshold(*GC_THRESHOLDS)
         deadline = engine.next_deadline()
         worker = self.worker
+        by_link = engine.cluster.by_link
         monotonic, wall_clock = time.monotonic, time.time
         while not self._stopping:
             # Deadlines and liveness run on the monotonic clock: a wall-clock step
@@ -271,10 +280,17 @@ class Broker:
                 last_tick = now
             if now >= self._lease_due:
                 # Leases are read by other processes, so they are wall-clock times.
-                self._lease_due = now + LEASE_RENEW_S
+                lease_s = self.settings.broker_lease_s
+                self._lease_due = now + lease_s / 3
+                self._brokers_due = now + min(DISCOVERY_S, lease_s / 3)
                 commands.append(Persist(LeaseRenewed(self.broker_id, os.getpid(),
                                                      self.settings.endpoint,
-                                                     self._started_wall, wall + LEASE_S)))
+                                                     self._started_wall, wall + lease_s)))
+            elif now >= self._brokers_due:
+                # Between renewals, the other brokers' rows are read (not written) so
+                # a new broker is linked, and a dead one's lease end seen, within a second.
+                self._brokers_due = now + min(DISCOVERY_S, self.settings.broker_lease_s / 3)
+                self.worker.submit([(None, READ_BROKERS)])
             if self._reload:
                 self._reload = False
                 if self.curve is not None:
@@ -294,7 +310,8 @@ class Broker:
                 for exc in engine.internal_errors:
                     self.log.error("internal_error", exc_info=exc)
                 engine.internal_errors.clear()
-            deadline = engine.next_deadline()
+            deadline = min(engine.next_deadline(), self._brokers_due)
+        self._execute(engine.stopping(time.monotonic(), time.time()))
         self.log.info("broker_stopping", sessions=len(engine.registry), **self.statistics())
 
     def _drain_router(self, now: float, wall: float, commands: list) -> bool:
@@ -305,6 +322,7 @@ class Broker:
         router = self.router
         engine = self.engine
         known = engine.registry.by_identity
+        by_link = engine.cluster.by_link
         recv, getsockopt = router.recv, router.getsockopt
         # getsockopt with int constants: the attribute form (router.rcvmore) and a
         # raised zmq.Again per drain cost more than the routing itself. A ROUTER hands
@@ -317,7 +335,7 @@ class Broker:
             except zmq.Again:
                 return False
             peer = ""
-            if identity in known:
+            if identity in known or identity in by_link:
                 frame = recv()
             else:
                 # Who is behind a new connection, for the per-connection session bound:
@@ -333,7 +351,7 @@ class Broker:
             try:
                 if extra:
                     raise BusError("bad_envelope", detail="a message must be exactly one frame")
-                envs = unpack_frame(frame)
+                envs = unpack_frame(frame, LINK_FRAME_BYTES if identity in by_link else MAX_FRAME_BYTES)
             except BusError as error:
                 commands.extend(engine.refuse_frame(identity, error))
                 continue
@@ -348,9 +366,11 @@ class Broker:
                                tickets=len(report["failed"]), retained=report["retained"],
                                lost=report["lost"])
             if report["brokers"] is not None:
-                engine.other_brokers = report["brokers"]
+                commands.extend(engine.brokers_read(report["brokers"], now, wall))
             for ticket in report["done"]:
                 commands.extend(engine.persisted(ticket, now, wall))
+            for ticket in report.get("refused", ()):
+                commands.extend(engine.persist_failed(ticket, now, wall, "session_id_held"))
             for ticket in report["failed"]:
                 commands.extend(engine.persist_failed(ticket, now, wall, report["code"]))
 
@@ -379,8 +399,10 @@ class Broker:
             elif kind is Publish:
                 self.pub.send(command.topic.encode(), _SNDMORE)
                 self.pub.send(encode(command.env))
-            else:
+            elif kind is Persist:
                 writes.append((command.ticket, command.record))
+            else:
+                self._link(command, encode)
         router = self.router
         written = self._written
         for identity, envs in outbox.items():
@@ -405,6 +427,37 @@ class Broker:
         if writes:
             self.worker.submit(writes)
 
+    def _link(self, command, encode) -> None:
+        """Execute a link command (see broker.core.links): the shell only moves frames."""
+        kind = type(command)
+        if kind is LinkSend:
+            sock = self.links.get(command.broker_id)
+            if sock is None:
+                return
+            frames, oversize = pack_frames(command.envs, MAX_FRAME_BYTES, LINK_FRAME_BYTES, encode)
+            self.engine.stats["dropped.link_oversize"] += len(oversize)
+            for frame in frames:
+                try:
+                    sock.send(frame, _NOBLOCK)
+                except zmq.Again:   # the other broker is not reading (or gone): it resyncs
+                    self.engine.stats["dropped.link_full"] += 1
+        elif kind is LinkOpen:
+            old = self.links.pop(command.broker_id, None)
+            if old is not None:
+                old.close(linger=0)
+            sock = self.links[command.broker_id] = self.ctx.socket(zmq.DEALER)
+            sock.linger = 500      # a link_bye queued at stop still goes out
+            sock.sndhwm = 100_000
+            sock.reconnect_ivl = 100
+            sock.reconnect_ivl_max = 1000
+            sock.connect(command.endpoint)
+            self.log.info("broker_link_opened", peer=command.broker_id, endpoint=command.endpoint)
+        elif kind is LinkClose:
+            sock = self.links.pop(command.broker_id, None)
+            if sock is not None:
+                sock.close(linger=0)
+                self.log.info("broker_link_closed", peer=command.broker_id)
+
     # -- shutdown ------------------------------------------------------------------------
 
     def statistics(self) -> dict:
@@ -421,6 +474,9 @@ class Broker:
         for sock in (self.router, self.pub):
             if sock is not None:
                 sock.close(linger=0)
+        for sock in getattr(self, "links", {}).values():
+            sock.close()       # with its linger: a link_bye still goes out
+        self.links = {}
         if getattr(self, "curve", None) is not None:
             self.curve.stop()
         self.ctx.term()

@@ -29,6 +29,7 @@ persistence worker owns the connection until it closes it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import secrets
 import time
 from pathlib import Path
@@ -39,11 +40,12 @@ import msgpack
 
 from .core.records import (RECORD_TYPES, ConversationDeleted, ConversationSaved, IdentitySaved,
                            InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
-                           RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
-                           StickyAnswered, StickyDelivery, StickyDropped, StickyRow, StickySaved)
+                           RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
+                           SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
+                           StickyRow, StickySaved)
 from .memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, writer_for
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
@@ -85,7 +87,15 @@ CREATE TABLE IF NOT EXISTS response_recovery (
 );
 """
 
-_SCHEMA = _AGENT_TABLES + """
+_CLAIMS_TABLE = """
+CREATE TABLE IF NOT EXISTS session_claims (
+    session_id TEXT PRIMARY KEY,       -- held by one live broker at most (SessionClaimed)
+    broker_id TEXT NOT NULL,
+    at REAL NOT NULL
+);
+"""
+
+_SCHEMA = _AGENT_TABLES + _CLAIMS_TABLE + """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS brokers (
     broker_id TEXT PRIMARY KEY,
@@ -144,7 +154,10 @@ UPDATE sticky SET position = ranked.rank FROM (
     FROM sticky) AS ranked
 WHERE sticky.seq = ranked.seq;
 """,
-    2: _AGENT_TABLES,
+    # Both v3s (agents' tables; session claims) existed on branches: each step makes
+    # both, idempotently, so either upgrades to v4.
+    2: _AGENT_TABLES + _CLAIMS_TABLE,
+    3: _AGENT_TABLES + _CLAIMS_TABLE,
 }
 assert set(_MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -157,11 +170,25 @@ ON CONFLICT (session_id) DO UPDATE SET atomic_session_id = excluded.atomic_sessi
     token_hash = excluded.token_hash, name = excluded.name, updated_at = excluded.updated_at
 """
 _UPSERT_LEASE = """
+DELETE FROM brokers WHERE endpoint = :endpoint AND broker_id != :broker_id;
 INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until)
 VALUES (:broker_id, :pid, :endpoint, :started_at, :until)
 ON CONFLICT (broker_id) DO UPDATE SET lease_until = excluded.lease_until
 """
 _DELETE_LEASE = "DELETE FROM brokers WHERE broker_id = :broker_id"
+_FORGET_CLAIMS = """
+DELETE FROM session_claims WHERE broker_id NOT IN (SELECT broker_id FROM brokers)
+"""
+# One statement, so the check and the write are one step under the write lock.
+_CLAIM = """
+INSERT INTO session_claims (session_id, broker_id, at) VALUES (:session_id, :broker_id, :at)
+ON CONFLICT (session_id) DO UPDATE SET broker_id = excluded.broker_id, at = excluded.at
+WHERE session_claims.broker_id = excluded.broker_id
+   OR session_claims.broker_id NOT IN (SELECT broker_id FROM brokers WHERE lease_until > :at)
+   OR session_claims.broker_id IN (SELECT value FROM json_each(:gone))
+"""
+_CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
+_UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
 _UPSERT_RUN = """
 INSERT INTO runs (run_id, record) VALUES (:run_id, :record)
 ON CONFLICT (run_id) DO UPDATE SET record = excluded.record
@@ -242,6 +269,10 @@ WHERE state IN ('queued', 'started') ORDER BY rowid
 """
 _SELECT_RECOVERIES = """
 SELECT agent, channel, turn, drafts, outcome, updated_at AS at FROM response_recovery ORDER BY rowid
+"""
+_SELECT_LIVE = """
+SELECT broker_id, pid, endpoint, started_at, lease_until AS until FROM brokers
+WHERE lease_until > :now AND broker_id IS NOT :exclude ORDER BY started_at, broker_id
 """
 _COUNT_LIVE = """
 SELECT count(*) AS live FROM brokers WHERE lease_until > :now AND broker_id IS NOT :exclude
@@ -380,6 +411,8 @@ class SqliteStore:
             IdentitySaved: self._identity,
             LeaseRenewed: self._lease,
             LeaseReleased: self._release,
+            SessionClaimed: self._claim,
+            SessionReleased: self._unclaim,
             RunSaved: self._run,
             RunEnded: self._run_end,
             StickySaved: self._sticky,
@@ -426,15 +459,16 @@ class SqliteStore:
 
     # -- the Store interface -------------------------------------------------------------
 
-    def apply(self, records: Sequence[Record]) -> None:
-        """Apply ``records`` in order in one transaction: all become durable, or none.
+    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
+        """Apply ``records`` in order in one transaction: all become durable, or none;
+        returns the refused claims (see :class:`~broker.core.records.SessionClaimed`).
 
         Raises TypeError for a value that is not a record or a payload msgpack cannot
         encode, apsw.ConstraintError for a sticky seq already stored, other apsw errors
         (disk full, busy past the timeout) as SQLite reports them."""
         with self.conn:
-            for record in records:
-                writer_for(record, self._writers)(record)
+            return [record for record in records
+                    if writer_for(record, self._writers)(record) is False]
 
     def load(self) -> Snapshot:
         """The committed state, oldest first; forgets identities past the keep window."""
@@ -465,6 +499,10 @@ class SqliteStore:
         (row,) = _rows(self.conn, _COUNT_LIVE, {"now": now, "exclude": exclude})
         return row["live"]
 
+    def brokers(self, now: float, exclude: str | None = None) -> list[LeaseRenewed]:
+        return [LeaseRenewed(**row) for row in
+                _rows(self.conn, _SELECT_LIVE, {"now": now, "exclude": exclude})]
+
     def close(self) -> None:
         self.conn.close()
 
@@ -475,6 +513,20 @@ class SqliteStore:
 
     def _lease(self, record: LeaseRenewed) -> None:
         self.conn.execute(_UPSERT_LEASE, _params(record))
+        self.conn.execute(_FORGET_CLAIMS)
+
+    def _claim(self, record: SessionClaimed) -> bool:
+        self.conn.execute(_CLAIM, _params(record, gone=json.dumps(record.gone)))
+        (row,) = _rows(self.conn, _CLAIM_HOLDER, {"session_id": record.session_id})
+        return row["broker_id"] == record.broker_id
+
+    def _unclaim(self, record: SessionReleased) -> None:
+        self.conn.execute(_UNCLAIM, _params(record))
+
+    def claims(self) -> dict[str, str]:
+        """Who holds each claimed id (for tests)."""
+        return {row["session_id"]: row["broker_id"]
+                for row in _rows(self.conn, "SELECT session_id, broker_id FROM session_claims")}
 
     def _release(self, record: LeaseReleased) -> None:
         self.conn.execute(_DELETE_LEASE, _params(record))

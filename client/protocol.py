@@ -254,6 +254,12 @@ class ClientProtocol:
         self.reading_paused = False
         self.last_heard = max(self.last_heard, now)
 
+    def redial(self) -> None:
+        """The driver moved the socket to another broker while greeting: the hello
+        already sent went to the old one, so a new one is due."""
+        if self.state is State.GREETING:
+            self._hello_due = True
+
     def resync(self) -> None:
         """Say hello again (socket side, on a welcome): the session's memberships
         changed after the hello stated them."""

@@ -76,7 +76,7 @@ def new_message_id() -> str:
 class Session:
     """One connected session. Thread-safe; use as a context manager or call close()."""
 
-    def __init__(self, *, name: str, endpoint: str, group: str | None, agent: str | None,
+    def __init__(self, *, name: str, endpoint: str | list[str], group: str | None, agent: str | None,
                  atomic_session_id: str | None, kind: str, parent: str | None,
                  config: Config, session_id: str | None = None, stage: str | None = None,
                  transcript: str | None = None, notify_undeliverable: bool = True,
@@ -86,7 +86,7 @@ class Session:
                  inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
                  persistent: bool = True) -> None:
         self.name = name
-        self.endpoint = endpoint
+        self.endpoint = endpoint if isinstance(endpoint, str) else endpoint[0]
         self.config = config
         self.kind = kind
         self.confirm = confirm
@@ -606,6 +606,15 @@ class Session:
         return self._call("status", {"status": status})
 
 
+def endpoint_list(endpoint: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Endpoints to try in turn: a list, or text with commas (``INTERCOM_ENDPOINT``)."""
+    parts = endpoint.split(",") if isinstance(endpoint, str) else list(endpoint)
+    endpoints = [part.strip() for part in parts if part and part.strip()]
+    if not endpoints:
+        raise ValueError("endpoint names no broker")
+    return endpoints
+
+
 class Client:
     """Entry point: ``Client.connect(name=...)`` returns a connected :class:`Session`."""
 
@@ -626,6 +635,11 @@ class Client:
                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
                 persistent: bool = True) -> Session:
         """Open a session and wait for the broker's welcome.
+
+        ``endpoint`` is one broker's ROUTER endpoint or several (a list, or text with
+        commas, as ``INTERCOM_ENDPOINT`` may hold): brokers sharing one database. The
+        session starts on the first that listens and, when that broker goes silent,
+        says hello to the next in turn with its id, reclaim secret and memberships.
 
         ``session_id`` asks for a previous id back (granted when no live session holds
         it and, if the broker remembers its last holder, this is the same Atomic
@@ -665,14 +679,21 @@ class Client:
             token = identity.get("reclaimSecret")
             atomic_session_id = atomic_session_id or identity.get("atomicSessionId")
         curve = resolve_keys(curve_server_key, curve_public_key, curve_secret_key)
-        endpoint = endpoint or router_endpoint()
-        unusable = reach.problem(endpoint)
-        if unusable is not None:
-            raise ConnectError(*unusable)
-        nobody = reach.nobody_listens(endpoint, min(reach.GRACE_S, timeout))
+        endpoints = endpoint_list(endpoint or router_endpoint())
+        for one in endpoints:
+            unusable = reach.problem(one)
+            if unusable is not None:
+                raise ConnectError(*unusable)
+        nobody = None
+        for index, one in enumerate(endpoints):
+            nobody = reach.nobody_listens(one, min(reach.GRACE_S, timeout))
+            if nobody is None:   # start with the first broker that listens
+                endpoints = endpoints[index:] + endpoints[:index]
+                break
         if nobody is not None:
-            raise ConnectError("no_broker", error_text("no_broker", endpoint=endpoint,
+            raise ConnectError("no_broker", error_text("no_broker", endpoint=",".join(endpoints),
                                                        detail=nobody))
+        endpoint = endpoints if len(endpoints) > 1 else endpoints[0]
         session = Session(name=name, endpoint=endpoint, group=group,
                           agent=agent, atomic_session_id=atomic_session_id, kind=kind,
                           parent=parent, config=config, session_id=session_id, stage=stage,

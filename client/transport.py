@@ -50,7 +50,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from schemas.limits import MAX_INBOUND_FRAME_BYTES
 
-from .protocol import TIMER_INTERVAL_S, ClientProtocol, Inbound
+from .protocol import TIMER_INTERVAL_S, ClientProtocol, Inbound, State
 from .keys import CurveKeys
 from .replies import FINISHED, PENDING, Reply, resolve
 from .waker import Waker
@@ -65,6 +65,9 @@ _TAKE_OVER_WAIT_S = 0.005
 # Pipelined sends queued, while the IO thread is due to send them, before the
 # sending thread lets it run.
 _YIELD_EVERY = 256
+# With several endpoints: a hello unanswered this long (after the broker went silent)
+# moves the socket to the next endpoint, in turn.
+FAILOVER_S = 1.0
 # Frames ZeroMQ queues unread: enough to keep a fast reader busy (a frame carries up
 # to 50 messages), few enough that a paused reader does not hold a backlog itself
 # (a frame may be up to MAX_INBOUND_FRAME_BYTES): the broker holds it instead.
@@ -83,11 +86,14 @@ class Transport:
     ``on_welcome(result)`` each answer to a hello. ``inbox_size()`` is what the
     session's inbox holds, bounded by ``inbox_limit_bytes`` (0: no bound)."""
 
-    def __init__(self, endpoint: str, on_inbound: Callable[[list, list], None],
+    def __init__(self, endpoint: str | list[str], on_inbound: Callable[[list, list], None],
                  hello: Callable[[], dict], on_welcome: Callable[[dict], None],
                  curve: CurveKeys | None = None, inbox_size: Callable[[], int] | None = None,
                  inbox_limit_bytes: int = 0) -> None:
-        self.endpoint = endpoint
+        # Failover: the brokers sharing one database, tried in turn (see _fail_over).
+        self.endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
+        self.endpoint = endpoint = self.endpoints[0]
+        self._greeting_since: float | None = None
         self._inbox_size = inbox_size
         self.inbox_limit_bytes = inbox_limit_bytes if inbox_size is not None else 0
         self._calls_waiting = 0           # callers in call(): reading may use the reserve
@@ -284,12 +290,42 @@ class Transport:
                 for fd, _ in poll(math.ceil(wait_s * 1000)):
                     if fd == wake_fd:
                         self._waker.clear()
-                self._protocol.timers(time.monotonic())
+                self._timers()
                 self._service()
                 if done() or self._closing:
                     return
         finally:
             self._io_watch(True)
+
+    def _timers(self) -> None:
+        """Holding ``_io_lock``: the protocol's timers, then failover if it is due."""
+        now = time.monotonic()
+        self._protocol.timers(now)
+        if len(self.endpoints) > 1:
+            self._fail_over(now)
+
+    def _fail_over(self, now: float) -> None:
+        """Greeting for FAILOVER_S without a welcome: move to the next endpoint.
+
+        Only a session that lost its broker (or never reached it) greets; a
+        broker that answers, even with a refusal, keeps the socket where it is."""
+        if self._protocol.state is not State.GREETING:
+            self._greeting_since = None
+            return
+        if self._greeting_since is None:
+            self._greeting_since = now
+            return
+        if now - self._greeting_since < FAILOVER_S:
+            return
+        self._greeting_since = now
+        old = self.endpoint
+        self.endpoint = self.endpoints[(self.endpoints.index(old) + 1) % len(self.endpoints)]
+        try:
+            self._sock.disconnect(old)
+        except zmq.ZMQError:
+            pass
+        self._sock.connect(self.endpoint)
+        self._protocol.redial()
 
     def _io_watch(self, on: bool) -> None:
         """Switch the IO thread's watch of the socket on or off (while a caller leads)."""
@@ -384,7 +420,7 @@ class Transport:
                     for fd, _ in ready:
                         if fd == wake_fd:
                             self._waker.clear()
-                    protocol.timers(time.monotonic())
+                    self._timers()
                     self._service()
                 ready = poll(timeout)
         finally:

@@ -81,3 +81,34 @@ def invocation(job_id: str, agent: str, from_session: str, reason: str) -> dict[
     """An invoke job handed to its destination session."""
     return {"v": _V, "k": "event", "event": "invocation", "id": job_id, "agent": agent,
             "fromSession": from_session, "reason": reason}
+
+
+# -- between brokers (see schemas.kinds.LINK_KINDS) --------------------------------------
+
+def link(broker_id: str, proof: str, endpoint: str, until: float, rows: list[dict]) -> dict[str, Any]:
+    return {"v": _V, "k": "link", "broker": broker_id, "proof": proof, "endpoint": endpoint,
+            "until": until, "sessions": rows}
+
+
+def link_presence(rows: list[dict], gone: list[str]) -> dict[str, Any]:
+    return {"v": _V, "k": "link_presence", "sessions": rows, "gone": gone}
+
+
+def forward(session_id: str, env: dict[str, Any]) -> dict[str, Any]:
+    return {"v": _V, "k": "forward", "from": session_id, "env": env}
+
+
+def relay(session_id: str, env: dict[str, Any]) -> dict[str, Any]:
+    return {"v": _V, "k": "relay", "to": session_id, "env": env}
+
+
+def link_heartbeat(until: float) -> dict[str, Any]:
+    return {"v": _V, "k": "link_hb", "until": until}
+
+
+def link_reset() -> dict[str, Any]:
+    return {"v": _V, "k": "link_reset"}
+
+
+def link_bye() -> dict[str, Any]:
+    return {"v": _V, "k": "link_bye"}

@@ -155,6 +155,7 @@ _TABLE = [
               "conversation (channel \"current\"); send content to reach another channel"),
     ErrorSpec("draft_incomplete", "state", "Draft {draft!r} is {completion}: only a complete draft "
               "can be sent by reference; author a complete replacement with content"),
+    ErrorSpec("session_id_held", "state", "A live session on another broker holds that id"),
     ErrorSpec("store_unavailable", "state", "The broker's database is locked by another process "
               "or otherwise unavailable; the message was not kept: retry later"),
     # -- peer ----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from .limits import (MAX_BATCH, MAX_CHANNEL_CHARS, MAX_FRAME_BYTES, MAX_MESSAGE_
                      MAX_NAME_CHARS, MAX_SEND_ITEMS)
 
 CLIENT, BROKER = "client → broker", "broker → client"
+LINK = "broker → broker"    # over the links of brokers sharing one database
 ID_MAX = 128
 TEXT_MAX = 4096          # any other declared string field
 
@@ -254,9 +255,46 @@ BROKER_KINDS: tuple[Kind, ...] = (
     Kind("hb", BROKER, "Heartbeat answer."),
 )
 
-KINDS: dict[tuple[str, str], Kind] = {(k.direction, k.name): k for k in CLIENT_KINDS + BROKER_KINDS}
+_ROWS = _f("sessions", list, "session rows: the public row plus homeGroup, parent, "
+           "statusSuffix, tokenHash", required=True, max_len=None)
+
+LINK_KINDS: tuple[Kind, ...] = (
+    Kind("link", LINK, "Hello on a new link (a DEALER to the other broker's ROUTER): who "
+         "this broker is, proved with the database's grant key, and every session it "
+         "holds. Sent again when the other broker asks with ``link_reset``.", (
+        _f("broker", str, "the sending broker's id", required=True),
+        _f("proof", str, "HMAC of the broker id under the database's grant key", required=True),
+        _f("endpoint", str, "its ROUTER endpoint", required=True),
+        _f("until", _NUM, "its lease end (wall clock)", required=True),
+        _ROWS,
+    )),
+    Kind("link_presence", LINK, "Sessions of the sending broker that changed (rows) or left "
+         "(ids), in order.", (
+        _ROWS,
+        _f("gone", list, "ids of sessions that left", required=True, max_len=None),
+    )),
+    Kind("forward", LINK, "A request of one of the sender's sessions for a session held "
+         "here: handled here as if that session were connected here.", (
+        _f("from", str, "the requesting session's id", required=True),
+        _f("env", dict, "the request envelope, as the client sent it", required=True),
+    )),
+    Kind("relay", LINK, "An envelope for a session held by the receiving broker (an "
+         "answer, a message, an event other than presence).", (
+        _f("to", str, "the session's id", required=True),
+        _f("env", dict, "the envelope", required=True),
+    )),
+    Kind("link_hb", LINK, "Link heartbeat; a link silent for the liveness window is gone.", (
+        _f("until", _NUM, "the sender's lease end (wall clock)", required=True),
+    )),
+    Kind("link_reset", LINK, "This broker lost the link's state: send ``link`` again."),
+    Kind("link_bye", LINK, "The sending broker is stopping: its sessions leave now."),
+)
+
+KINDS: dict[tuple[str, str], Kind] = {(k.direction, k.name): k
+                                      for k in CLIENT_KINDS + BROKER_KINDS + LINK_KINDS}
 CLIENT_KIND_NAMES = frozenset(k.name for k in CLIENT_KINDS)
 BROKER_KIND_NAMES = frozenset(k.name for k in BROKER_KINDS)
+LINK_KIND_NAMES = frozenset(k.name for k in LINK_KINDS)
 
 
 def _compile(kind: Kind):
@@ -289,7 +327,7 @@ def describe() -> str:
              f"(1 to {ID_MAX} characters). A frame holds one envelope or an array of up to "
              f"{MAX_BATCH} (at most {MAX_FRAME_BYTES >> 20} MiB). Undeclared fields are "
              "ignored; a declared one of the wrong type or too long is `bad_envelope`."]
-    for direction, kinds in ((CLIENT, CLIENT_KINDS), (BROKER, BROKER_KINDS)):
+    for direction, kinds in ((CLIENT, CLIENT_KINDS), (BROKER, BROKER_KINDS), (LINK, LINK_KINDS)):
         lines += ["", f"#### {direction}", "", "| kind | fields (* required) | what |",
                   "|---|---|---|"]
         for kind in kinds:

@@ -48,6 +48,10 @@ Sections (``SECTIONS``; run in order, select with ``--only``):
                 as a second line), fresh db file in the tmp dir. Afterwards the
                 broker's db is opened read-only and its ``sticky`` rows are counted
                 per run against the ``queued`` answers (live, then after shutdown).
+``cross_broker`` two brokers sharing one database: one sender's pipelined ``send``
+                throughput and the ask/reply p50 with the two sessions on different
+                brokers, beside the same on one broker, interleaved in one run
+                (``benchkit.cross_broker``).
 ``scaling``     each cost at a small and at a large size in one run; rows show the large
                 size as "ours", the small one as "baseline", so the ratio is large / small.
                 Stages: a host registers runs of 4 and of 100 agent stages and pipelines
@@ -109,6 +113,7 @@ for _path in (ROOT, SCRIPTS_DIR):          # benchkit, and the project's package
         sys.path.insert(0, str(_path))
 
 from benchkit.config import Config, make_config  # noqa: E402
+from benchkit.cross_broker import section_cross_broker  # noqa: E402
 from benchkit.durable_section import section_durable  # noqa: E402
 from benchkit.live_sections import section_ask, section_latency, section_throughput  # noqa: E402
 from benchkit.procs import Harness, RoleError  # noqa: E402
@@ -123,6 +128,7 @@ SECTIONS: dict[str, Callable[[Harness, Config, Results], None]] = {
     "ask": section_ask,
     "durable": section_durable,
     "scaling": section_scaling,
+    "cross_broker": section_cross_broker,
 }
 
 

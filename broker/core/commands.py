@@ -5,7 +5,9 @@ Handlers speak in two higher-level commands, :class:`Deliver` (messages for a
 session) and :class:`Answer` (the answer to requests); a final pass
 (:mod:`broker.core.outbox`) turns them into :class:`Send` commands holding envelopes,
 batching deliveries into ``msgs`` and quiet successes into ``acks``. The shell only
-ever sees :class:`Send`, :class:`Publish` and :class:`Persist`.
+ever sees :class:`Send`, :class:`Publish` and :class:`Persist`, and the link commands
+(:class:`LinkOpen`, :class:`LinkSend`, :class:`LinkClose`) when other brokers share
+the database.
 """
 
 from __future__ import annotations
@@ -80,4 +82,27 @@ class Answer:
     own_id: bool = False
 
 
-Command = Send | Publish | Persist | Deliver | Answer
+
+
+@dataclass(frozen=True, slots=True)
+class LinkOpen:
+    """Open a link to broker ``broker_id`` (a DEALER to its ROUTER ``endpoint``)."""
+
+    broker_id: str
+    endpoint: str
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSend:
+    """Send ``envs`` to broker ``broker_id`` over this broker's link to it, in order."""
+
+    broker_id: str
+    envs: list
+
+
+@dataclass(frozen=True, slots=True)
+class LinkClose:
+    broker_id: str
+
+
+Command = Send | Publish | Persist | Deliver | Answer | LinkOpen | LinkSend | LinkClose

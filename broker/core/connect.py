@@ -35,7 +35,8 @@ from .commands import Send
 from .grants import check_child
 from .membership import change_groups
 from .presence import membership_changed, status_changed
-from .records import IdentitySaved
+from .claims import claim
+from .records import IdentitySaved, SessionReleased
 from .sessions import Session
 from .stages import bind, host_returned, stage_home, unbind
 from .state import IdentityRecord, State
@@ -70,8 +71,11 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     if live is not None and _token_ok(live, env.get("token")):
         _reattach(state, live, identity, env, re, now)
         return
+    if identity in state.cluster.claiming:
+        state.stats["hello.while_claiming"] += 1    # the first hello's answer is coming
+        return
 
-    claim = conversations.claim(state, env)
+    conversation_claim = conversations.claim(state, env)
     _check_room(state)
     parent_id = env.get("parent") or None
     if parent_id is not None:
@@ -92,6 +96,29 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     groups, dropped = _fit_groups(state, home, groups)
     check_claimed(groups, home, stage is not None)
     session_id, refusal = _grant_id(state, env)
+    peer = state.peer
+
+    def open_as(session_id: str, refusal: str | None, now: float) -> None:
+        _open(state, identity, env, re, now, session_id, refusal, name, kind, parent,
+              home, groups, dropped, stage, peer, conversation_claim)
+
+    claim(state, identity, session_id, refusal, bool(env.get("sessionId")), open_as, now)
+
+
+def _open(state: State, identity: bytes, env: dict, re: str, now: float, session_id: str,
+          refusal: str | None, name: str, kind: str, parent: Session | None, home: str,
+          groups: list[str], dropped: list[str], stage: tuple | None, peer: str,
+          conversation_claim: conversations.Claim | None) -> None:
+    """The rest of a hello, once its id is this broker's (see broker.core.claims)."""
+    parent_id = env.get("parent") or None
+    holder = state.registry.by_id.get(session_id)
+    if holder is not None and holder.broker is not None:
+        # Claimed with its secret while another broker held it: the client moved
+        # here (from a broker that died, or that it lost); that broker hears of it.
+        state.stats["sessions.moved_here"] += 1
+        disconnect(state, holder, "moved", now)
+    elif holder is not None:   # a session here took it while the claim was committed
+        session_id, refusal = state.new_id(), "a live session holds that id"
     session = Session(
         id=session_id, name=name, identity=identity, token=state.new_token(),
         home_group=home, groups=dict.fromkeys(groups), kind=kind,
@@ -99,10 +126,10 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         parent_id=parent_id,
         status_suffix=env.get("statusSuffix"),
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
-        connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=state.peer)
+        connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=peer)
     state.registry.add(session)
     held.adopt(state, session, parent)
-    conversation = conversations.opened(state, session, claim)
+    conversation = conversations.opened(state, session, conversation_claim)
     _remember(state, session)
     membership_changed(state, session, set(), set(session.groups), connecting=True)
     state.stats["sessions.opened"] += 1
@@ -181,6 +208,9 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
     unbind(state, session)
     closed.host_gone(state, session)
     conversations.left(state, session)
+    state.cluster.session_left(session)
+    if session.broker is None:
+        state.persist(SessionReleased(session.id, state.broker_id))
 
 
 def _reattach(state: State, session: Session, identity: bytes, env: dict, re: str,
@@ -262,15 +292,19 @@ def _grant_id(state: State, env: dict) -> tuple[str, str | None]:
         return state.new_id(), None
     if not _is_uuid(wanted):
         return state.new_id(), "not a session id this broker issues"
-    if wanted in state.registry.by_id:
+    held = state.registry.by_id.get(wanted)
+    if held is not None and (held.broker is None or not _secret_ok(state, wanted, env.get("token"))):
         return state.new_id(), "a live session holds that id"
-    record = state.identities.get(wanted)
-    if record is None:
-        return wanted, None
-    token = env.get("token")
-    if isinstance(token, str) and hmac.compare_digest(token_hash(token), record.token_hash):
+    if wanted not in state.identities or _secret_ok(state, wanted, env.get("token")):
         return wanted, None
     return state.new_id(), "the reclaim secret does not match the id's last holder"
+
+
+def _secret_ok(state: State, session_id: str, token: Any) -> bool:
+    """Whether ``token`` is the reclaim secret of the id's last holder."""
+    record = state.identities.get(session_id)
+    return record is not None and isinstance(token, str) and \
+        hmac.compare_digest(token_hash(token), record.token_hash)
 
 
 def _token_ok(session: Session, token: Any) -> bool:

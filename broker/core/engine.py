@@ -32,9 +32,10 @@ from typing import Any, Callable, Mapping
 
 from schemas.agent_config import AgentSettings
 from schemas.errors import BusError
+from schemas.limits import LEASE_S
 from schemas.names import FAILED, QUEUED, STARTED
 
-from . import asking, backlog, connect, hosting, invoking
+from . import asking, backlog, connect, hosting, invoking, links
 from .agents import Conversation
 from .commands import Answer, Command
 from .dedup import fingerprint
@@ -69,9 +70,12 @@ class Engine:
                  identities: dict[str, IdentityRecord] | None = None,
                  new_id: Callable[[], str] = _random_id,
                  new_token: Callable[[], str] = _random_token,
-                 warnings: list[str] | None = None, pub_endpoint: str | None = None) -> None:
+                 warnings: list[str] | None = None, pub_endpoint: str | None = None,
+                 endpoint: str = "", lease_s: float = LEASE_S) -> None:
         self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
                            warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
+        self.state.cluster.endpoint = endpoint
+        self.state.cluster.lease_s = lease_s
         if identities:
             self.state.identities.update(identities)
         self._next_sweep_at = 0.0
@@ -91,12 +95,8 @@ class Engine:
         return self.state.internal_errors
 
     @property
-    def other_brokers(self) -> int:
-        return self.state.other_brokers
-
-    @other_brokers.setter
-    def other_brokers(self, count: int) -> None:
-        self.state.other_brokers = count
+    def cluster(self):
+        return self.state.cluster
 
     # -- inputs --------------------------------------------------------------------------
 
@@ -174,8 +174,25 @@ class Engine:
         state = self.state
         state.wall = now if wall is None else wall
         state.peer = peer
+        by_link = state.cluster.by_link
+        if by_link and identity in by_link or envs and links.is_hello(envs[0]):
+            links.receive(state, identity, envs, now)
+            return self._flush()
         for env in envs:
             handle(state, identity, env, now)
+        return self._flush()
+
+    def brokers_read(self, rows: list[dict], now: float, wall: float | None = None) -> list[Command]:
+        """The other brokers' live lease rows, as the store has them now (see
+        :mod:`broker.core.links`)."""
+        self.state.wall = now if wall is None else wall
+        links.brokers_read(self.state, rows, now)
+        return self._flush()
+
+    def stopping(self, now: float, wall: float | None = None) -> list[Command]:
+        """This broker is about to stop: the other brokers are told."""
+        self.state.wall = now if wall is None else wall
+        links.stopping(self.state)
         return self._flush()
 
     def wrote(self, counts: dict[bytes, int], now: float, wall: float | None = None) -> list[Command]:
@@ -200,7 +217,9 @@ class Engine:
         if now >= self._next_sweep_at:
             self._next_sweep_at = now + SWEEP_INTERVAL_S
             cutoff = now - state.limits.liveness_s
-            silent = [s for s in state.registry.by_id.values() if s.last_seen_at < cutoff]
+            # A mirror's liveness is its broker's link (broker.core.links), not its own.
+            silent = [s for s in state.registry.by_id.values()
+                      if s.last_seen_at < cutoff and s.broker is None]
             if len(silent) > EXPIRE_PER_SWEEP:
                 silent = silent[:EXPIRE_PER_SWEEP]
                 self._next_sweep_at = now    # more to do: come back next round
@@ -210,6 +229,8 @@ class Engine:
             hosting.expire_leases(state)
         asking.expire(state, now)
         invoking.recheck(state, now)
+        if state.cluster.peers:
+            links.tick(state, now)
         return self._flush()
 
     def persisted(self, ticket: int, now: float, wall: float | None = None) -> list[Command]:
@@ -242,7 +263,12 @@ class Engine:
 
     def _flush(self) -> list[Command]:
         state = self.state
+        cluster = state.cluster
+        if cluster.changed:
+            links.flush(state)
         out, state.out = state.out, []
+        if cluster.peers:
+            return links.route(state, render(out))
         return render(out)
 
 

@@ -78,3 +78,8 @@ def check_child(key: bytes, launcher_id: str, grant: object) -> None:
     nonce, _, mac = rest.partition(".")
     if kind != _CHILD or not nonce or not hmac.compare_digest(mac, _mac(key, _CHILD, launcher_id, nonce)):
         raise BusError("invalid_grant", what=what)
+
+
+def link_proof(key: bytes, broker_id: str) -> str:
+    """What a broker shows another on the same database to open a link."""
+    return f"l1.{_mac(key, 'l1', broker_id)}"

@@ -78,6 +78,7 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
         visible = len(peek(state, session, group))
     else:
         visible = len(visible_to(state, session))
+    others = state.cluster.live_count(state.wall)
     result = {
         "connected": True,
         "sessionId": session.id,
@@ -88,8 +89,8 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
         "visibleSessions": visible,
         "broker": {
             "id": state.broker_id,
-            "routing": "multi-node" if state.other_brokers else "single-node",
-            "otherBrokersLive": state.other_brokers,
+            "routing": "multi-node" if others else "single-node",
+            "otherBrokersLive": others,
         },
     }
     if state.warnings:

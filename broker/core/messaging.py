@@ -16,6 +16,7 @@ from . import closed
 from .admission import admit_sends, once, resolve_target
 from .asking import open_ask, pending_rows
 from .dedup import fingerprint
+from .forwarding import forward, to_broker
 from .params import tool_params, turn_of
 from .path_delivery import resolve_ask
 from .paths import looks_like_path
@@ -27,6 +28,9 @@ from .state import State
 def send(state: State, session: Session, params: dict, re: str, now: float,
          env: dict) -> None:
     """The ``send`` action: one item through the send path (it answers itself)."""
+    if state.cluster.remote and params.get("replyTo") is None and \
+            forward(state, session, params.get("to"), env, [re]):
+        return
     admit_sends(state, session, params.get("to"), [re], [params.get("message")], now,
                 attachments=params.get("attachments"), reply_to=params.get("replyTo"),
                 turn=turn_of(env), quiet=env.get("quiet") is True)
@@ -37,12 +41,16 @@ def sends(state: State, session: Session, env: dict, re: str | None, now: float)
     ids, texts = env["ids"], env["messages"]
     if len(ids) != len(texts):
         raise BusError("bad_envelope", detail="sends needs lists 'ids' and 'messages' of one length")
+    if state.cluster.remote and forward(state, session, env.get("to"), env, ids):
+        return
     admit_sends(state, session, env.get("to"), ids, texts, now, quiet=True, batched=True)
 
 
 def ask(state: State, session: Session, params: dict, re: str, now: float,
         env: dict) -> dict[str, Any] | None:
     to = params.get("to")
+    if state.cluster.remote and forward(state, session, to, env, [re]):
+        return None
     mark = fingerprint("ask", to, params.get("message"), params.get("replyTo"),
                        params.get("attachments"))
 
@@ -78,6 +86,9 @@ def supervisor(state: State, session: Session, env: dict, re: str | None, now: f
     """A child asks the session that launched it, across groups if need be."""
     if re is None:
         raise BusError("bad_envelope", detail="a supervisor ask needs a string id")
+    parent = state.registry.by_id.get(session.parent_id or "")
+    if parent is not None and to_broker(state, session, parent, env, [re]):
+        return
     params = {k: env[k] for k in ("message", "attachments", "timeout") if k in env}
     params = tool_params({**params, "action": "ask"})
     mark = fingerprint("supervisor", None, params.get("message"), None, params.get("attachments"))

@@ -35,6 +35,8 @@ def membership_changed(state: State, session: Session, before: set[str], after: 
     The registry must already reflect ``after``.
     """
     registry, out = state.registry, state.out
+    if session.broker is None and state.cluster.peers:
+        state.cluster.changed[session.id] = session    # other brokers hear of it too
     changed = before | after
     peers: set[str] = set()
     for group in changed:
@@ -92,6 +94,8 @@ def membership_changed(state: State, session: Session, before: set[str], after: 
 def status_changed(state: State, session: Session) -> None:
     """Tell every session that can see ``session`` about its new status."""
     registry = state.registry
+    if session.broker is None and state.cluster.peers:
+        state.cluster.changed[session.id] = session
     row = session.public()
     env = envelopes.presence(PRESENCE_UPDATE, row)
     for peer_id in registry.neighbours(session) | watchers(state, session.groups):

@@ -15,8 +15,8 @@ Invariants:
 * times in records are wall-clock seconds (people and other brokers read them), never
   the monotonic ``now`` the core runs on.
 
-A networked store implements exactly :class:`Store`: ``apply`` (all-or-nothing for a
-batch), ``load`` and ``live_brokers``.
+A networked store implements exactly :class:`Store` (see the README's "Several
+brokers" section for what each operation must guarantee across hosts).
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ class IdentitySaved:
 
 @dataclass(frozen=True, slots=True)
 class LeaseRenewed:
-    """This broker is alive until ``until`` (wall clock), serving ``endpoint``."""
+    """This broker is alive until ``until`` (wall clock), serving ``endpoint``.
+
+    It replaces any other broker's row on the same endpoint: two live brokers cannot
+    serve one endpoint (the bind or the ipc lock refuses the second), so such a row is
+    a dead predecessor's, and a restarted broker never counts it as another broker."""
 
     broker_id: str
     pid: int
@@ -49,6 +53,30 @@ class LeaseRenewed:
 
 @dataclass(frozen=True, slots=True)
 class LeaseReleased:
+    broker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClaimed:
+    """Broker ``broker_id`` grants ``session_id`` to a live session of its own.
+
+    Store-wide, at most one live broker holds an id: the claim takes the id when
+    nobody holds it, when ``broker_id`` does, or when its holder's lease has ended at
+    ``at`` or is among ``gone`` (brokers the claimant saw die, whose lease runs on).
+    Otherwise it is *refused*: nothing of it is written, the rest of its batch is,
+    and :meth:`Store.apply` returns it."""
+
+    session_id: str
+    broker_id: str
+    at: float
+    gone: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReleased:
+    """The session left ``broker_id``: its claim goes (a claim of another broker stays)."""
+
+    session_id: str
     broker_id: str
 
 
@@ -172,15 +200,15 @@ class RecoveryDeleted:
     channel: str
 
 
-Record = (IdentitySaved | LeaseRenewed | LeaseReleased | RunSaved | RunEnded | StickySaved
-          | StickyAnswered | StickyDelivery | StickyDropped | ConversationSaved
-          | ConversationDeleted | InvocationSaved | InvocationState | RecoverySaved
-          | RecoveryDeleted)
+Record = (IdentitySaved | LeaseRenewed | LeaseReleased | SessionClaimed | SessionReleased
+          | RunSaved | RunEnded | StickySaved | StickyAnswered | StickyDelivery | StickyDropped
+          | ConversationSaved | ConversationDeleted | InvocationSaved | InvocationState
+          | RecoverySaved | RecoveryDeleted)
 
 RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    IdentitySaved, LeaseRenewed, LeaseReleased, RunSaved, RunEnded, StickySaved,
-    StickyAnswered, StickyDelivery, StickyDropped, ConversationSaved, ConversationDeleted,
-    InvocationSaved, InvocationState, RecoverySaved, RecoveryDeleted)}
+    IdentitySaved, LeaseRenewed, LeaseReleased, SessionClaimed, SessionReleased, RunSaved,
+    RunEnded, StickySaved, StickyAnswered, StickyDelivery, StickyDropped, ConversationSaved,
+    ConversationDeleted, InvocationSaved, InvocationState, RecoverySaved, RecoveryDeleted)}
 
 
 @dataclass(slots=True)
@@ -214,13 +242,20 @@ class Store(Protocol):
     networked database next. Implementations need not be thread-safe: one thread
     (the persistence worker) uses a store at a time."""
 
-    def apply(self, records: Sequence[Record]) -> None:
-        """Make every record durable in one transaction, or none of them (raise)."""
+    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
+        """Make every record durable in one transaction, or none of them (raise).
+
+        Returns the claims refused (see :class:`SessionClaimed`); they are not an error
+        and the rest of the batch is kept."""
 
     def load(self) -> Snapshot:
         """What the engine restores from, as committed."""
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         """Brokers whose lease is still valid at wall time ``now``, ``exclude`` aside."""
+
+    def brokers(self, now: float, exclude: str | None = None) -> list[LeaseRenewed]:
+        """The rows of those brokers (their endpoints and lease ends), oldest start first:
+        how brokers sharing a store find each other."""
 
     def close(self) -> None: ...

@@ -53,6 +53,7 @@ class Session:
     connected_wall: float = 0.0             # wall clock: what people read
     last_seen_at: float = 0.0               # monotonic: liveness
     peer: str = ""                          # who connected it (see Limits.max_sessions_per_connection)
+    broker: str | None = None               # the broker holding it when not this one (a mirror)
     sent_bytes: int = 0                     # written to its connection (broker.core.backlog)
     read_bytes: int = 0                     # of which its client reported read
 

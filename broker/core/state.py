@@ -28,6 +28,7 @@ from schemas.limits import ASK_TIMEOUT_S, LIVENESS_S, MAX_PENDING_ASKS
 from .agents import Conversations
 from .asks import AskTable
 from .bounded import RecentMap
+from .cluster import Cluster
 from .commands import Answer, Command, Persist
 from .dedup import MessageIds
 from .invocations import InvocationTable
@@ -97,7 +98,7 @@ class State:
     # Agents' conversations (with their settings) and invoke jobs (respond/invoke).
     conversations: Conversations = field(default_factory=Conversations)
     invocations: InvocationTable = field(default_factory=InvocationTable)
-    other_brokers: int = 0
+    cluster: Cluster = field(default_factory=Cluster)   # the other brokers on the database
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)
     internal_errors: list[Exception] = field(default_factory=list)

@@ -13,6 +13,7 @@ import apsw
 import pytest
 import zmq
 
+from broker.persistence import READ_BROKERS
 from broker.core.records import (LeaseReleased, LeaseRenewed, RunSaved, StickyDelivery,
                                  StickyRow, StickySaved)
 from broker import persistence
@@ -169,13 +170,26 @@ def test_the_worker_keeps_serving_after_a_failed_batch(start_worker, db):
     assert (snapshot.runs, snapshot.sticky) == ([RunSaved("r3", {})], [])
 
 
-def test_a_lease_renewal_reports_how_many_other_brokers_are_live(start_worker, db):
+def test_a_lease_renewal_reports_the_other_brokers_whose_lease_is_live(start_worker, db):
     neighbours = SqliteStore(db)
-    neighbours.apply([lease("other", NOW + 600), lease("expired", NOW - 1)])
+    neighbours.apply([lease("other", time.time() + 600), lease("expired", NOW - 1)])
     neighbours.close()
     worker = start_worker()
     worker.submit([(None, lease(ME, time.time() + 30))])
-    assert [report["brokers"] for report in wait_reports(worker)] == [1]
+    (report,) = wait_reports(worker)
+    assert [(row["broker_id"], row["endpoint"]) for row in report["brokers"]] == \
+        [("other", "ipc:///tmp/other.sock")]
+
+
+def test_a_read_of_the_brokers_writes_nothing_and_reports_their_rows(start_worker, db):
+    neighbours = SqliteStore(db)
+    neighbours.apply([lease("other", time.time() + 600)])
+    neighbours.close()
+    worker = start_worker()
+    worker.submit([(None, READ_BROKERS)])
+    (report,) = wait_reports(worker)
+    assert [row["broker_id"] for row in report["brokers"]] == ["other"]
+    assert worker.records == 0
 
 
 def test_stop_applies_the_release_after_every_batch_already_submitted(start_worker, db):

@@ -32,6 +32,7 @@ class Bus:
         self._ids = itertools.count(1)
         self.last: list = []
         self.uncommitted: list[int] = []
+        self._waited: dict[int, object] = {}   # ticket -> its record
         self.written: list = []           # records not yet committed to the store
 
     def _engine(self) -> Engine:
@@ -76,17 +77,21 @@ class Bus:
 
     def _track(self, out: list) -> list:
         self.uncommitted += [c.ticket for c in out if isinstance(c, Persist) and c.ticket]
+        self._waited.update((c.ticket, c.record) for c in out if isinstance(c, Persist) and c.ticket)
         self.written += [c.record for c in out if isinstance(c, Persist)]
         return out
 
     def commit(self) -> list:
         """The store commits every write asked for so far and reports it durable."""
         out = []
-        self.store.apply(self.written)
+        refused = {id(record) for record in self.store.apply(self.written)}
         self.written = []
         tickets, self.uncommitted = self.uncommitted, []
         for ticket in tickets:
-            out += self._track(self.engine.persisted(ticket, self.now))
+            if id(self._waited.pop(ticket, None)) in refused:   # a claim another broker holds
+                out += self._track(self.engine.persist_failed(ticket, self.now, code="session_id_held"))
+            else:
+                out += self._track(self.engine.persisted(ticket, self.now))
         self.store.apply(self.written)
         self.written = []
         self.last = out

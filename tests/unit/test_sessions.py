@@ -17,12 +17,23 @@ def test_hello_welcomes_with_id_token_and_default_group():
     assert welcome["token"]
 
 
-def test_hello_records_identity_for_restarts():
+def test_hello_records_identity_for_restarts_and_claims_the_id_store_wide():
     bus = Bus()
     bus.hello("alice", atomicSessionId="atomic-1")
-    (record,) = bus.persisted()
+    claim, record = bus.persisted()
     assert isinstance(record, IdentitySaved)
     assert record.session_id == uuid_from(0xA0000001) and record.atomic_session_id == "atomic-1"
+    assert (type(claim).__name__, claim.session_id, claim.gone) == \
+        ("SessionClaimed", record.session_id, [])
+
+
+def test_a_session_leaving_releases_its_claim():
+    bus = Bus()
+    bus.hello("alice")
+    bus.feed(b"alice", {"v": 1, "k": "bye", "id": "b1"})
+    (release,) = bus.persisted()
+    assert (type(release).__name__, release.session_id, release.broker_id) == \
+        ("SessionReleased", uuid_from(0xA0000001), bus.engine.state.broker_id)
 
 
 def test_connecting_session_is_announced_to_peers_and_on_pub_only():

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from broker.core.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
                                  InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed,
-                                 RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
-                                 StickyAnswered, StickyDelivery, StickyDropped, StickyRow,
-                                 StickySaved, Store)
+                                 RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
+                                 SessionReleased, Snapshot, StickyAnswered, StickyDelivery,
+                                 StickyDropped, StickyRow, StickySaved, Store)
 from broker.memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, MemoryStore
 from broker.store import SCHEMA_VERSION, SchemaError, SqliteStore
 
@@ -220,6 +220,20 @@ def test_a_renewed_lease_counts_until_its_new_expiry(store):
     assert store.live_brokers(NOW + 30) == 1
 
 
+def test_a_lease_on_an_endpoint_replaces_a_dead_predecessors_row_there(store):
+    store.apply([LeaseRenewed("old", 1, "ipc:///tmp/b.sock", NOW - 60, NOW + 30)])
+    store.apply([LeaseRenewed("new", 2, "ipc:///tmp/b.sock", NOW, NOW + 30)])
+    assert [row.broker_id for row in store.brokers(NOW)] == ["new"]
+    assert store.live_brokers(NOW, exclude="new") == 0
+
+
+def test_brokers_lists_the_live_rows_oldest_start_first(store):
+    store.apply([lease("b2", NOW + 30, started_at=NOW + 1), lease("b1", NOW + 30),
+                 lease("dead", NOW - 1)])
+    assert [(row.broker_id, row.endpoint) for row in store.brokers(NOW, exclude="me")] == \
+        [("b1", "ipc:///tmp/b1.sock"), ("b2", "ipc:///tmp/b2.sock")]
+
+
 def test_a_released_lease_is_no_longer_counted(store):
     store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30)])
     store.apply([LeaseReleased("b1")])
@@ -280,6 +294,37 @@ def test_deleting_a_conversation_takes_its_recovery_row_and_queued_jobs_only(sto
     assert snapshot.conversations == [conversation("internal:c")]
     assert snapshot.recoveries == [draft_row("internal:c")]
     assert [saved.id for saved in snapshot.invocations] == ["j2", "j3"]
+
+
+# -- session claims ----------------------------------------------------------------------
+
+def test_an_id_held_by_a_live_broker_is_refused_to_another_and_the_rest_of_the_batch_kept(store):
+    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), SessionClaimed("x", "b1", NOW)])
+    refused = store.apply([SessionClaimed("x", "b2", NOW), RunSaved("r1", {})])
+    assert (refused, store.claims(), store.load().runs) == (
+        [SessionClaimed("x", "b2", NOW)], {"x": "b1"}, [RunSaved("r1", {})])
+
+
+def test_an_id_is_claimed_from_a_broker_whose_lease_ended_or_that_the_claimant_saw_die(store):
+    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 300), lease("b3", NOW + 300),
+                 SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b2", NOW)])
+    assert store.apply([SessionClaimed("x", "b3", NOW + 60),
+                        SessionClaimed("y", "b3", NOW, gone=["b2"])]) == []
+    assert store.claims() == {"x": "b3", "y": "b3"}
+
+
+def test_a_release_frees_only_the_releasing_brokers_claim(store):
+    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), SessionClaimed("x", "b1", NOW)])
+    store.apply([SessionReleased("x", "b2")])
+    assert store.claims() == {"x": "b1"}
+    store.apply([SessionReleased("x", "b1")])
+    assert store.apply([SessionClaimed("x", "b2", NOW)]) == [] and store.claims() == {"x": "b2"}
+
+
+def test_a_lease_renewal_forgets_the_claims_of_brokers_without_a_row(store):
+    store.apply([lease("b1", NOW + 30), SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b9", NOW)])
+    store.apply([lease("b1", NOW + 60)])
+    assert store.claims() == {"x": "b1"}
 
 
 # -- both stores, random histories -------------------------------------------------------
@@ -344,6 +389,7 @@ def test_both_stores_give_the_same_snapshot_for_any_history(history):
         assert _without_key(sqlite.load()) == _without_key(memory.load())
         for exclude in (None, "b1"):
             assert sqlite.live_brokers(NOW, exclude) == memory.live_brokers(NOW, exclude)
+            assert sqlite.brokers(NOW, exclude) == memory.brokers(NOW, exclude)
     finally:
         sqlite.close()
         memory.close()

@@ -1,0 +1,294 @@
+"""The links between brokers sharing one database: who they are, what they say.
+
+Theory of operation. The shell reads the live lease rows of the other brokers on a
+timer and hands them to :func:`brokers_read`. For each broker not known yet this
+broker opens a link (a DEALER to that broker's ROUTER: ``LinkOpen``) and says
+``link`` with a proof (an HMAC of its id under the database's grant key, which only
+brokers on that database hold) and the rows of every session it holds; after that it
+sends ``link_presence`` for every change of its sessions (:func:`flush`, once per
+engine input) and ``link_hb`` every :data:`LINK_HEARTBEAT_S`. Each broker receives
+the other's link on its own ROUTER (:func:`receive`), so traffic flows one way on
+each connection and both directions keep their order.
+
+A broker is gone when its link is silent for the liveness window, when it says
+``link_bye``, or when its lease row is no longer live: its mirrors leave (sessions
+here hear ``session_left``), and requests waiting on it fail with
+``peer_disconnected`` (:mod:`broker.core.forwarding`). A gone broker that speaks
+again is asked (``link_reset``) to say ``link`` again, and is then a peer like any
+other.
+
+Outbound, :func:`route` is the last pass over the commands: an envelope for a
+mirror is relayed to its broker (``relay``), except presence events, which every
+broker computes for its own sessions.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from schemas import envelopes, kinds
+from schemas.errors import BusError
+from schemas.limits import HEARTBEAT_S
+from schemas.names import PRESENCE_EVENTS
+
+from . import forwarding, mirrors
+from .cluster import Peer, link_row, mirror_of
+from .commands import LinkClose, LinkOpen, LinkSend, Send
+from .connect import disconnect
+from .dispatch import handle
+from .grants import link_proof
+from .state import State
+
+LINK_HEARTBEAT_S = HEARTBEAT_S
+_PRESENCE = frozenset(PRESENCE_EVENTS)
+_FORWARDED = frozenset({"call", "sends", "supervisor"})   # what forwarding.forward hands over
+
+
+def is_hello(env: Any) -> bool:
+    return env.__class__ is dict and env.get("k") == "link"
+
+
+# -- the shell's inputs --------------------------------------------------------------
+
+def brokers_read(state: State, rows: list[dict], now: float) -> None:
+    """The other brokers' live lease rows, as just read from the store."""
+    cluster = state.cluster
+    seen = set()
+    for row in rows:
+        broker_id, endpoint, until = row["broker_id"], row["endpoint"], row["until"]
+        seen.add(broker_id)
+        if broker_id in cluster.departed:
+            continue
+        peer = cluster.peers.get(broker_id)
+        if peer is None:
+            _meet(state, broker_id, endpoint, until, now)
+        else:
+            peer.lease_until = max(peer.lease_until, until)
+    for peer in [p for b, p in cluster.peers.items() if b not in seen and p.lease_until <= state.wall]:
+        _part(state, peer, "lease ended", now)
+
+
+def receive(state: State, identity: bytes, envs: list, now: float) -> None:
+    """Envelopes from another broker's link (``identity`` said ``link``, or this is it)."""
+    cluster = state.cluster
+    for env in envs:
+        try:
+            if env.__class__ is not dict or env.get("k") not in kinds.LINK_KIND_NAMES:
+                raise BusError("unknown_kind", kind=env.get("k") if env.__class__ is dict else None)
+            kinds.check(env, env["k"], kinds.LINK)
+            if env["k"] == "link":
+                _hello(state, identity, env, now)
+                continue
+            peer = cluster.peers.get(cluster.by_link.get(identity, ""))
+            if peer is None:
+                state.stats["link.unknown"] += 1
+                continue
+            peer.heard_at = now
+            if peer.gone:
+                # It was given up on, so its sessions are gone here: ask for them again.
+                state.out.append(LinkSend(peer.broker_id, [envelopes.link_reset()]))
+                peer.gone = False
+                _say_hello(state, peer)
+                continue
+            _LINK_HANDLERS[env["k"]](state, peer, env, now)
+        except BusError as error:
+            state.stats[f"link.refused.{error.code}"] += 1
+        except Exception as exc:  # a bug costs one envelope, never the broker
+            state.stats["internal_error"] += 1
+            state.internal_errors.append(exc)
+
+
+def tick(state: State, now: float) -> None:
+    """Heartbeats out; silent links are given up on."""
+    cluster = state.cluster
+    cutoff = now - state.limits.liveness_s
+    for peer in cluster.linked():
+        if peer.identity is not None and peer.heard_at < cutoff:
+            _part(state, peer, "silent", now, keep=True)
+    if now >= cluster.next_heartbeat_at:
+        cluster.next_heartbeat_at = now + LINK_HEARTBEAT_S
+        beat = envelopes.link_heartbeat(state.wall + cluster.lease_s)
+        for peer in cluster.linked():
+            state.out.append(LinkSend(peer.broker_id, [beat]))
+
+
+def stopping(state: State) -> None:
+    """This broker is stopping: every other broker hears it now."""
+    for peer in state.cluster.linked():
+        state.out.append(LinkSend(peer.broker_id, [envelopes.link_bye()]))
+
+
+def flush(state: State) -> None:
+    """Tell the other brokers what changed among this broker's sessions."""
+    cluster = state.cluster
+    changed, cluster.changed = cluster.changed, {}
+    if not changed or not cluster.peers:
+        return
+    rows, gone = [], []
+    for session_id, session in changed.items():
+        if state.registry.by_id.get(session_id) is session:
+            rows.append(_row(state, session))
+        else:
+            gone.append(session_id)
+    env = envelopes.link_presence(rows, gone)
+    for peer in cluster.linked():
+        state.out.append(LinkSend(peer.broker_id, [env]))
+
+
+def route(state: State, commands: list) -> list:
+    """The final pass: envelopes for mirrors become relays to their brokers."""
+    out: list = []
+    relays: dict[str, list] = {}
+    for command in commands:
+        if command.__class__ is Send and command.identity[:2] == b"\x00@":
+            where = mirror_of(command.identity)
+            env = command.env
+            if where is None or env.get("k") == "event" and env.get("event") in _PRESENCE:
+                continue
+            box = relays.get(where[0])
+            if box is None:
+                box = relays[where[0]] = []
+            box.append(envelopes.relay(where[1], env))
+        else:
+            out.append(command)
+    for broker_id, envs in relays.items():
+        peer = state.cluster.peers.get(broker_id)
+        if peer is not None and not peer.gone:
+            out.append(LinkSend(broker_id, envs))
+    return out
+
+
+# -- the link kinds --------------------------------------------------------------------
+
+def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
+    broker_id = env["broker"]
+    if broker_id == state.broker_id or broker_id in state.cluster.departed or not hmac.compare_digest(
+            env["proof"], link_proof(state.grant_key, broker_id)):
+        raise BusError("invalid_grant")
+    cluster = state.cluster
+    peer = cluster.peers.get(broker_id)
+    if peer is None:
+        peer = _meet(state, broker_id, env["endpoint"], env["until"], now)
+    elif peer.gone:
+        peer.gone = False
+        _say_hello(state, peer)
+    if peer.identity is not None and peer.identity != identity:
+        cluster.by_link.pop(peer.identity, None)
+    peer.identity = identity
+    peer.heard_at = now
+    peer.lease_until = max(peer.lease_until, env["until"])
+    cluster.by_link[identity] = broker_id
+    # The whole picture: mirrors it no longer holds leave, the others are (re)made.
+    rows = env["sessions"]
+    held = {row.get("id") for row in rows if row.__class__ is dict}
+    mirrors_gone = [sid for sid in peer.mirrors if sid not in held]
+    _presence(state, peer, {"sessions": rows, "gone": mirrors_gone}, now)
+
+
+def _presence(state: State, peer: Peer, env: dict, now: float) -> None:
+    for session_id in env["gone"]:
+        mirror = state.cluster.remote.get(session_id) if session_id.__class__ is str else None
+        if mirror is not None and mirror.broker == peer.broker_id:
+            disconnect(state, mirror, "left", now)
+    for row in env["sessions"]:
+        moved = mirrors.moved(state, peer, row)
+        if moved is not None:
+            # Its client reconnected to ``peer`` with its reclaim secret.
+            state.stats["sessions.moved"] += 1
+            disconnect(state, moved, "moved", now)
+        mirrors.upsert(state, peer, row, now)
+
+
+def _forward(state: State, peer: Peer, env: dict, now: float) -> None:
+    """A request of a session on ``peer`` for one held here: handled as if local."""
+    session = state.cluster.remote.get(env["from"])
+    if session is None or session.broker != peer.broker_id or \
+            env["env"].get("k") not in _FORWARDED:
+        state.stats["link.forward_unknown_sender"] += 1
+        return
+    handle(state, session.identity, env["env"], now)
+
+
+def _relay(state: State, peer: Peer, env: dict, now: float) -> None:
+    """An envelope from ``peer`` for a session held here."""
+    session = state.registry.by_id.get(env["to"])
+    if session is None or session.broker is not None:
+        state.stats["link.relay_unknown_target"] += 1
+        return
+    inner = env["env"]
+    kind = inner.get("k")
+    if kind == "msg" and inner.get("expectsReply") is False and isinstance(inner.get("id"), str):
+        state.recent_for(session)[inner["id"]] = inner.get("from")
+    elif kind == "msgs" and isinstance(inner.get("ids"), list):
+        state.recent_for(session).put_all(inner["ids"], value=inner.get("from"))
+    else:
+        forwarding.answered(state, session, inner)
+    state.out.append(Send(session.identity, inner))
+
+
+def _heartbeat(state: State, peer: Peer, env: dict, now: float) -> None:
+    peer.lease_until = max(peer.lease_until, env["until"])
+
+
+def _reset(state: State, peer: Peer, env: dict, now: float) -> None:
+    _say_hello(state, peer)
+
+
+def _bye(state: State, peer: Peer, env: dict, now: float) -> None:
+    state.cluster.departed.add(peer.broker_id)
+    _part(state, peer, "stopped", now)
+
+
+_LINK_HANDLERS = {
+    "link_presence": _presence,
+    "forward": _forward,
+    "relay": _relay,
+    "link_hb": _heartbeat,
+    "link_reset": _reset,
+    "link_bye": _bye,
+}
+
+
+# -- internals -----------------------------------------------------------------------
+
+def _meet(state: State, broker_id: str, endpoint: str, until: float, now: float) -> Peer:
+    for old in [p for p in state.cluster.peers.values() if p.endpoint == endpoint]:
+        # Its successor serves the endpoint now (two live brokers cannot share one).
+        _part(state, old, "replaced", now)
+    peer = state.cluster.peers[broker_id] = Peer(broker_id, endpoint, until)
+    state.out.append(LinkOpen(broker_id, endpoint))
+    _say_hello(state, peer)
+    return peer
+
+
+def _say_hello(state: State, peer: Peer) -> None:
+    cluster = state.cluster
+    rows = [_row(state, s) for s in state.registry.by_id.values() if s.broker is None]
+    # Changes not yet flushed are in the rows already.
+    state.out.append(LinkSend(peer.broker_id, [envelopes.link(
+        state.broker_id, link_proof(state.grant_key, state.broker_id), cluster.endpoint,
+        state.wall + cluster.lease_s, rows)]))
+
+
+def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False) -> None:
+    """``peer`` is gone: its sessions leave, requests waiting on it fail. ``keep``: it
+    may come back (its lease row is still live), so its link stays open."""
+    cluster = state.cluster
+    state.stats[f"brokers.gone.{reason.replace(' ', '_')}"] += 1
+    peer.gone = True
+    for session_id in sorted(peer.mirrors):
+        mirror = cluster.remote.get(session_id)
+        if mirror is not None:
+            disconnect(state, mirror, "broker gone", now)
+    forwarding.broker_gone(state, peer)
+    if not keep:
+        if peer.identity is not None:
+            cluster.by_link.pop(peer.identity, None)
+        del cluster.peers[peer.broker_id]
+        state.out.append(LinkClose(peer.broker_id))
+
+
+def _row(state: State, session) -> dict[str, Any]:
+    identity = state.identities.get(session.id)
+    return link_row(session, identity.token_hash if identity is not None else "")

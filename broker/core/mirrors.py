@@ -1,0 +1,86 @@
+"""Mirrors: the sessions other brokers hold, kept in this broker's registry.
+
+A ``link`` or ``link_presence`` from broker X carries rows of X's sessions; each one
+becomes or updates a mirror (:mod:`broker.core.cluster`), and each id X says left,
+or every mirror of X once X is gone, leaves through
+:func:`broker.core.connect.disconnect` like any session. Every change goes through
+the same presence rules as a local one (:mod:`broker.core.presence`), so sessions on
+this broker hear about sessions on X in-band, and this broker's PUB publishes it; the
+events addressed to mirrors are dropped on the way out (X tells its own sessions).
+
+Invariants: a mirror is never mistaken for a local session (``broker`` is set, its
+identity is a mirror identity); a row naming an id that a local session holds means
+that session's client moved to X with its reclaim secret, so the local one leaves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.names import IDLE, INTERACTIVE, LIVE
+
+from .cluster import Peer, mirror_identity
+from .presence import membership_changed, status_changed
+from .sessions import Session
+from .state import IdentityRecord, State
+
+
+def upsert(state: State, peer: Peer, row: Any, now: float) -> None:
+    """Add or update the mirror a row of ``peer`` describes (a bad row is counted).
+
+    The caller has already made a session of that id held elsewhere leave."""
+    if row.__class__ is not dict or not isinstance(row.get("id"), str) or not row.get("groups") \
+            or not isinstance(row["groups"], list):
+        state.stats["link.bad_row"] += 1
+        return
+    held = state.registry.by_id.get(row["id"])
+    if held is None:
+        _add(state, peer, row, now)
+    elif held.broker == peer.broker_id:
+        _update(state, held, row)
+
+
+def moved(state: State, peer: Peer, row: Any) -> Session | None:
+    """The session a row of ``peer`` takes over: the same id held here or mirrored from
+    another broker (its client reconnected to ``peer`` with its reclaim secret)."""
+    held = state.registry.by_id.get(row.get("id")) if row.__class__ is dict else None
+    return held if held is not None and held.broker != peer.broker_id else None
+
+
+def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
+    groups = [g for g in row["groups"] if isinstance(g, str)]
+    connected_wall = row.get("connectedAt") if isinstance(row.get("connectedAt"), (int, float)) else state.wall
+    session = Session(
+        id=row["id"], name=str(row.get("name") or "?"),
+        identity=mirror_identity(peer.broker_id, row["id"]), token="",
+        home_group=str(row.get("homeGroup") or groups[0]), groups=dict.fromkeys(groups),
+        kind=str(row.get("kind") or INTERACTIVE), agent=row.get("agent"),
+        atomic_session_id=row.get("atomicSessionId") or None, parent_id=row.get("parent"),
+        status=str(row.get("status") or IDLE), status_suffix=row.get("statusSuffix"),
+        reply_capability=str(row.get("replyCapability") or LIVE),
+        # Connection order across brokers: its wall-clock start, on this broker's clock.
+        connected_at=now - max(0.0, state.wall - connected_wall), connected_wall=connected_wall,
+        last_seen_at=now, peer=f"link:{peer.broker_id}", broker=peer.broker_id)
+    state.registry.add(session)
+    state.cluster.remote[session.id] = session
+    token_hash = row.get("tokenHash")
+    if isinstance(token_hash, str) and token_hash:
+        # Who holds the id, so its secret (and only that) takes it back here.
+        state.identities[session.id] = IdentityRecord(session.atomic_session_id, token_hash)
+    peer.mirrors.add(session.id)
+    membership_changed(state, session, set(), set(session.groups), connecting=True)
+
+
+def _update(state: State, session: Session, row: dict[str, Any]) -> None:
+    groups = [g for g in row["groups"] if isinstance(g, str)]
+    if groups != list(session.groups):
+        before = set(session.groups)
+        state.registry.set_groups(session, groups)
+        membership_changed(state, session, before, set(session.groups))
+    status, suffix = row.get("status") or IDLE, row.get("statusSuffix")
+    capability = row.get("replyCapability") or LIVE
+    if (status, suffix, capability) != (session.status, session.status_suffix,
+                                        session.reply_capability):
+        session.status, session.status_suffix = str(status), suffix
+        session.reply_capability = str(capability)
+        status_changed(state, session)

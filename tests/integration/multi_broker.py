@@ -1,0 +1,110 @@
+"""Helpers for the tests of several brokers on one database: real processes, one file."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+from tests.conftest import BrokerProcess, start_broker
+from tests.integration.conftest import make_tmp
+
+LEASE_S = "3"          # a short broker lease: an expiry shows within a few seconds
+
+
+class Cluster:
+    """N broker processes sharing one SQLite file, each with its own data dir."""
+
+    def __init__(self, count: int, *extra: str) -> None:
+        self.root = make_tmp()
+        self.db = self.root / "shared.db"
+        self.extra = extra
+        self.brokers: list[BrokerProcess] = []
+        self.opened: list = []
+        for _ in range(count):
+            self.start()
+
+    def start(self, data_dir: Path | None = None) -> BrokerProcess:
+        if data_dir is None:
+            data_dir = self.root / f"b{len(self.brokers)}"
+            data_dir.mkdir()
+        proc = start_broker(data_dir, "--db", str(self.db), "--broker-lease-s", LEASE_S, *self.extra)
+        self.brokers.append(proc)
+        return proc
+
+    def connect(self, index: int, name: str, **kwargs):
+        from client import Client
+        session = Client.connect(name=name, endpoint=self.brokers[index].endpoint, timeout=15, **kwargs)
+        self.opened.append(session)
+        return session
+
+    def close(self) -> None:
+        for session in self.opened:
+            try:
+                session.close()
+            except Exception:
+                pass
+        for proc in self.brokers:
+            proc.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str):
+    """Poll ``condition`` (each poll is a request round trip) until it is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what}")
+        time.sleep(0.05)     # between round trips to the broker, not a settle
+
+
+def others_live(session) -> int:
+    return session.intercom(action="status")["broker"]["otherBrokersLive"]
+
+
+def sees(session, name: str) -> bool:
+    rows = session.intercom(action="list")["sessions"]
+    return any(row["name"] == name for row in rows)
+
+
+class PubTail:
+    """A SUB socket on one broker's PUB, for events under ``topic``."""
+
+    def __init__(self, endpoint: str, topic: str) -> None:
+        import zmq
+        self.topic = topic
+        self.sock = zmq.Context.instance().socket(zmq.SUB)
+        self.sock.linger = 0
+        self.sock.setsockopt_string(zmq.SUBSCRIBE, topic)
+        self.sock.connect(endpoint)
+
+    def wait_for(self, predicate: Callable[[dict], bool], timeout: float) -> dict:
+        import msgpack
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not self.sock.poll(left * 1000):
+                break
+            topic, frame = self.sock.recv_multipart()
+            env = msgpack.unpackb(frame, raw=False)
+            if topic.decode() == self.topic and predicate(env):
+                return env
+        raise AssertionError(f"no matching event on {self.topic} within {timeout:g} s")
+
+    def warm_up(self, session, timeout: float = 15.0) -> None:
+        """PUB/SUB is a slow joiner: change ``session``'s status until one shows here."""
+        import zmq
+        deadline = time.monotonic() + timeout
+        flip = 0
+        while time.monotonic() < deadline:
+            flip += 1
+            session.set_status("thinking" if flip % 2 else "idle")
+            if self.sock.poll(200, zmq.POLLIN):
+                return
+        raise AssertionError("the PUB socket never delivered")
+
+    def close(self) -> None:
+        self.sock.close(linger=0)

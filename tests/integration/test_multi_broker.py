@@ -1,0 +1,356 @@
+"""Several broker processes on one SQLite file: leases, links, sessions across brokers.
+
+Every test starts real brokers (``python -m broker --db <one file>``, each with its
+own data dir and ipc endpoints, a short ``--broker-lease-s``) and real clients, and
+waits on replies with deadlines.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.integration.conftest import drain_events, summary, wait_for_event
+from tests.integration.multi_broker import Cluster, PubTail, others_live, sees, wait_until
+
+pytestmark = pytest.mark.timeout(90)
+
+LIVENESS_S = 3.0
+
+
+@pytest.fixture
+def two():
+    cluster = Cluster(2)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def three():
+    cluster = Cluster(3)
+    yield cluster
+    cluster.close()
+
+
+def linked(cluster: Cluster, sessions: list, names: list[str], others: int) -> None:
+    """Wait until each broker counts the others and each session lists the names."""
+    for session in sessions:
+        wait_until(lambda: others_live(session) == others, 15, "brokers count each other")
+        for name in names:
+            if name != session.name:
+                wait_until(lambda: sees(session, name), 15, f"{session.name} lists {name}")
+
+
+# -- leases and status ---------------------------------------------------------------
+
+def test_two_brokers_on_one_file_report_multi_node_and_one_other(two):
+    a = two.connect(0, "alice")
+    wait_until(lambda: others_live(a) == 1, 15, "the second broker counted")
+    broker = a.intercom(action="status")["broker"]
+    assert (broker["routing"], broker["otherBrokersLive"]) == ("multi-node", 1)
+
+
+def test_a_clean_stop_stops_counting_at_once(two):
+    a = two.connect(0, "alice")
+    wait_until(lambda: others_live(a) == 1, 15, "the second broker counted")
+    two.brokers[1].stop()
+    # Told over the link before it exits: no lease has to run out.
+    assert others_live(a) == 0 or wait_until(lambda: others_live(a) == 0, 1.0, "bye seen")
+    assert a.intercom(action="status")["broker"]["routing"] == "single-node"
+
+
+def test_a_killed_brokers_lease_stops_counting_once_it_ends_and_a_restart_counts_no_ghost(two):
+    a = two.connect(0, "alice")
+    wait_until(lambda: others_live(a) == 1, 15, "the second broker counted")
+    second_dir = two.brokers[1].data_dir
+    two.brokers[1].kill()
+    wait_until(lambda: others_live(a) == 0, 3 + LIVENESS_S + 2, "the dead broker no longer counted")
+    restarted = two.start(second_dir)            # same endpoint, a new broker id
+    b = two.connect(2, "bob")
+    wait_until(lambda: others_live(a) == 1, 15, "the restarted broker counted")
+    assert others_live(b) == 1                   # not 2: its predecessor's row is gone
+    assert restarted.proc.poll() is None
+
+
+# -- sessions across brokers ---------------------------------------------------------
+
+def test_list_groups_and_status_count_sessions_on_every_broker(three):
+    a = three.connect(0, "alice", group="team")
+    b = three.connect(1, "bob", group="team")
+    c = three.connect(2, "carol", group="team")
+    three.connect(2, "dave", group="elsewhere")
+    linked(three, [a, b, c], ["alice", "bob", "carol"], 2)
+    assert sorted(r["name"] for r in b.intercom(action="list")["sessions"]) == ["alice", "carol"]
+    assert a.intercom(action="status")["visibleSessions"] == 2
+    groups = {g["name"]: g["sessions"] for g in a.intercom(action="groups")["groups"]}
+    wait_until(lambda: {g["name"]: g["sessions"] for g in a.intercom(action="groups")["groups"]}
+               .get("elsewhere") == 1, 10, "dave's group counted on alice's broker")
+    assert groups["team"] == 3
+
+
+def test_targeting_across_brokers_by_name_prefix_and_atomic_id_with_visibility(two):
+    a = two.connect(0, "alice", group="team")
+    b = two.connect(1, "bob", group="team", atomic_session_id="atomic-bob")
+    hidden = two.connect(1, "hidden", group="other")
+    linked(two, [a, b], ["alice", "bob"], 1)
+    wait_until(lambda: a.intercom(action="groups")["groups"] and any(
+        g["name"] == "other" for g in a.intercom(action="groups")["groups"]), 10, "hidden mirrored")
+    for to in ("bob", "BOB", b.id[:8], b.id, "atomic-bob"):
+        answer = a.intercom(action="send", to=to, message=f"via {to}")
+        assert (answer["ok"], answer.get("to")) == (True, b.id), answer
+        assert b.receive(5)["message"] == f"via {to}"
+    refused = a.intercom(action="send", to=hidden.id, message="no")
+    assert (refused["ok"], refused["code"]) == (False, "different_group")
+
+
+def test_an_ambiguous_name_across_brokers_is_refused_naming_both(three):
+    a = three.connect(0, "alice", group="team")
+    b1 = three.connect(1, "twin", group="team")
+    b2 = three.connect(2, "twin", group="team")
+    wait_until(lambda: len([r for r in a.intercom(action="list")["sessions"] if r["name"] == "twin"]) == 2,
+               15, "both twins listed")
+    refused = a.intercom(action="send", to="twin", message="which?")
+    assert refused["code"] == "ambiguous_target"
+    assert b1.id in refused["error"] and b2.id in refused["error"]
+
+
+def test_send_across_brokers_is_delivered_once_and_answered_by_the_targets_broker(two):
+    a = two.connect(0, "alice", group="team")
+    b = two.connect(1, "bob", group="team")
+    linked(two, [a, b], ["alice", "bob"], 1)
+    answer = a.intercom(action="send", to="bob", message="hello")
+    assert (answer["ok"], answer["delivered"], answer["toName"]) == (True, True, "bob")
+    got = b.receive(5)
+    assert (got["message"], got["from"]) == ("hello", a.id)
+    assert b.receive(0.2) is None
+
+
+def test_pipelined_sends_across_brokers_arrive_in_order(two):
+    a = two.connect(0, "alice", group="team")
+    b = two.connect(1, "bob", group="team")
+    linked(two, [a, b], ["alice", "bob"], 1)
+    futures = [a.send_nowait("bob", f"m{i}") for i in range(200)]
+    assert all(f.result(10)["ok"] for f in futures)
+    assert [b.receive(5)["message"] for _ in range(200)] == [f"m{i}" for i in range(200)]
+
+
+def test_a_plain_reply_goes_back_across_brokers_and_can_be_answered_again(two):
+    a = two.connect(0, "alice", group="team")
+    b = two.connect(1, "bob", group="team")
+    linked(two, [a, b], ["alice", "bob"], 1)
+    a.intercom(action="send", to="bob", message="ping")
+    assert b.receive(5)["message"] == "ping"
+    assert b.intercom(action="reply", message="pong")["ok"]
+    back = a.receive(5)
+    assert (back["message"], back["from"]) == ("pong", b.id)
+    assert a.intercom(action="reply", message="pong2")["ok"]       # the thread is alice's now
+    assert b.receive(5)["message"] == "pong2"
+
+
+def test_ask_and_reply_across_brokers_with_pending_on_the_targets_side(two):
+    a = two.connect(0, "alice", group="team")
+    b = two.connect(1, "bob", group="team")
+    linked(two, [a, b], ["alice", "bob"], 1)
+    result = {}
+    asker = threading.Thread(target=lambda: result.update(
+        a.intercom(action="ask", to="bob", message="what time?")))
+    asker.start()
+    ask = b.receive(5)
+    assert ask["expectsReply"] is True
+    pending = b.intercom(action="pending")["pending"]
+    assert [(p["messageId"], p["fromName"]) for p in pending] == [(ask["id"], "alice")]
+    assert b.intercom(action="reply", message="noon")["ok"]
+    asker.join(10)
+    assert (result["ok"], result["message"], result["messageId"]) == (True, "noon", ask["id"])
+
+
+def test_a_child_on_another_broker_inherits_the_group_and_reaches_its_supervisor(two):
+    parent = two.connect(0, "lead", group="crew")
+    linked(two, [parent], [], 1)
+    grant = parent.grant_child()["grant"]
+    # The parent must be mirrored on broker 1 before the child says hello there.
+    watcher = two.connect(1, "watcher", group="crew")
+    wait_until(lambda: sees(watcher, "lead"), 15, "the parent mirrored on broker 1")
+    child = two.connect(1, "child", parent=parent.id, grant=grant, kind="noninteractive")
+    assert child.intercom(action="status")["homeGroup"] == "crew"
+    result = {}
+    asker = threading.Thread(target=lambda: result.update(child.contact_supervisor("stuck")))
+    asker.start()
+    got = parent.receive(5)
+    assert (got["message"], got.get("supervisor"), got["from"]) == ("stuck", True, child.id)
+    assert parent.intercom(action="reply", message="try again")["ok"]
+    asker.join(10)
+    assert (result.get("ok"), result.get("message")) == (True, "try again")
+
+
+def test_presence_across_brokers_in_band_and_on_every_pub(two):
+    a = two.connect(0, "alice", group="team")
+    two.connect(1, "early", group="team")
+    linked(two, [a], ["early"], 1)
+    tails = [PubTail(p.pub_endpoint, "team") for p in two.brokers]
+    try:
+        for tail in tails:
+            tail.warm_up(a)            # alice's status shows on both PUBs
+        drain_events(a)
+        b = two.connect(1, "bob", group="team")
+        event, _ = wait_for_event(a, lambda e: e["session"]["name"] == "bob", 10)
+        assert event["event"] == "session_joined"
+        for tail in tails:
+            got = tail.wait_for(lambda e: e.get("session", {}).get("name") == "bob", 10)
+            assert (got["event"], got["group"]) == ("session_joined", "team")
+        b.close()
+        event, _ = wait_for_event(a, lambda e: e["session"]["name"] == "bob", 10)
+        assert event["event"] == "session_left"
+    finally:
+        for tail in tails:
+            tail.close()
+
+
+# -- a broker dies -------------------------------------------------------------------
+
+def test_a_killed_brokers_sessions_leave_the_others_within_the_liveness_window(three):
+    a = three.connect(0, "alice", group="team")
+    c = three.connect(2, "carol", group="team")
+    three.connect(1, "bob", group="team")
+    linked(three, [a, c], ["alice", "bob", "carol"], 2)
+    drain_events(a)
+    drain_events(c)
+    killed_at = time.monotonic()
+    three.brokers[1].kill()
+    for session in (a, c):
+        event, _ = wait_for_event(session, lambda e: e["session"]["name"] == "bob", LIVENESS_S + 3)
+        assert event["event"] == "session_left"
+    assert time.monotonic() - killed_at < LIVENESS_S + 3
+    assert not sees(a, "bob") and not sees(c, "bob")
+
+
+def test_an_ask_waiting_on_a_killed_broker_fails_promptly(two):
+    a = two.connect(0, "alice", group="team")
+    b = two.connect(1, "bob", group="team")
+    linked(two, [a, b], ["alice", "bob"], 1)
+    result = {}
+    asker = threading.Thread(target=lambda: result.update(
+        a.intercom(action="ask", to="bob", message="still there?")))
+    asker.start()
+    assert b.receive(5)["expectsReply"]
+    started = time.monotonic()
+    two.brokers[1].kill()
+    asker.join(LIVENESS_S + 5)
+    assert (result.get("ok"), result.get("code")) == (False, "peer_disconnected")
+    assert time.monotonic() - started < LIVENESS_S + 3
+
+
+def test_sends_in_flight_to_a_killed_broker_are_each_answered_within_the_liveness_window(two):
+    a = two.connect(0, "alice", group="team")
+    b = two.connect(1, "bob", group="team")
+    linked(two, [a, b], ["alice", "bob"], 1)
+    stop = threading.Event()
+    futures: list = []
+
+    def pump() -> None:
+        while not stop.is_set() and len(futures) < 200_000:
+            futures.append(a.send_nowait("bob", "x" * 64))
+            if len(futures) % 256 == 0:
+                futures[-1].result(10)        # a bounded window, as real senders keep
+
+    sender = threading.Thread(target=pump)
+    sender.start()
+    wait_until(lambda: len(futures) > 2000, 10, "traffic flowing")
+    two.brokers[1].kill()
+    killed_at = time.monotonic()
+    wait_until(lambda: not sees(a, "bob"), LIVENESS_S + 3, "bob gone on alice's broker")
+    stop.set()
+    sender.join(10)
+    answers = [f.result(LIVENESS_S + 3) for f in futures]
+    assert time.monotonic() - killed_at < 2 * LIVENESS_S + 6
+    codes = {r.get("code") for r in answers if not r["ok"]}
+    assert codes <= {"peer_disconnected", "target_not_found"}, codes
+    assert sum(r["ok"] for r in answers) > 2000
+
+
+def test_an_ask_fails_at_once_when_its_target_closes_on_the_other_broker(two):
+    a = two.connect(0, "alice", group="team")
+    b = two.connect(1, "bob", group="team")
+    linked(two, [a, b], ["alice", "bob"], 1)
+    result = {}
+    asker = threading.Thread(target=lambda: result.update(
+        a.intercom(action="ask", to="bob", message="bye?")))
+    asker.start()
+    assert b.receive(5)["expectsReply"]
+    b.close()
+    asker.join(5)
+    assert (result.get("ok"), result.get("code")) == (False, "peer_disconnected")
+
+
+# -- clients fail over -----------------------------------------------------------------
+
+def test_a_client_fails_over_to_the_next_broker_with_its_id_and_memberships(two):
+    endpoints = [p.endpoint for p in two.brokers]
+    a = two.connect(0, "alice", group="team")
+    a.close()
+    from client import Client   # noqa: PLC0415
+    alice = Client.connect(name="alice", endpoint=endpoints, group="team", timeout=15)
+    two.opened.append(alice)
+    assert alice.intercom(action="join", group="extra")["ok"]
+    b = two.connect(1, "bob", group="team")
+    linked(two, [alice, b], ["alice", "bob"], 1)
+    first_broker = alice.intercom(action="status")["broker"]["id"]
+    old_id = alice.id
+    two.brokers[0].kill()
+    started = time.monotonic()
+    # A call made meanwhile waits for the new broker's welcome and is answered there.
+    wait_until(lambda: alice.intercom(action="status").get("broker", {}).get("id")
+               not in (None, first_broker), LIVENESS_S + 10, "alice welcomed by the other broker")
+    failover_s = time.monotonic() - started
+    status = alice.intercom(action="status")
+    assert (alice.id, sorted(status["groups"])) == (old_id, ["extra", "team"])
+    assert failover_s < LIVENESS_S + 5
+    assert b.intercom(action="send", to="alice", message="you moved")["ok"]
+    assert alice.receive(5)["message"] == "you moved"
+
+
+def test_endpoint_lists_come_from_the_environment_as_comma_separated_text(two, monkeypatch):
+    from client import Client   # noqa: PLC0415
+    monkeypatch.setenv("INTERCOM_ENDPOINT", ",".join(p.endpoint for p in reversed(two.brokers)))
+    session = Client.connect(name="envy", timeout=15)
+    two.opened.append(session)
+    assert session.intercom(action="status")["ok"]
+    assert session.endpoint == two.brokers[1].endpoint
+
+
+# -- one id, one live session, store-wide ------------------------------------------------
+
+def test_simultaneous_reclaims_of_one_id_on_two_brokers_grant_it_to_exactly_one(two):
+    from client import Client   # noqa: PLC0415
+    watcher = two.connect(1, "watcher", group="team")
+    first = two.connect(0, "twin", group="team")
+    identity = {"sessionId": first.id, "reclaimSecret": first.token}
+    wait_until(lambda: sees(watcher, "twin"), 15, "the id's holder mirrored on broker 1")
+    for round_ in range(5):
+        first.close()
+        wait_until(lambda: not sees(watcher, "twin"), 10, "the id released")
+        barrier = threading.Barrier(2)
+        opened: list = [None, None]
+
+        def connect(index: int) -> None:
+            barrier.wait()
+            opened[index] = Client.connect(name="twin", endpoint=two.brokers[index].endpoint,
+                                           group="team", identity=identity, timeout=15)
+
+        threads = [threading.Thread(target=connect, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        two.opened.extend(opened)
+        reclaimed = [s.welcome.get("reclaimed") for s in opened]
+        assert sorted(reclaimed) == [False, True], (round_, [s.welcome for s in opened])
+        winner, loser = opened if reclaimed[0] else opened[::-1]
+        assert winner.id == identity["sessionId"] != loser.id
+        assert "another broker" in loser.welcome["reason"] or \
+            "a live session holds that id" in loser.welcome["reason"]
+        loser.close()
+        first = winner
+        identity = {"sessionId": first.id, "reclaimSecret": first.token}

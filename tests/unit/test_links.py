@@ -1,0 +1,214 @@
+"""Two engines on one store, their links wired in memory: brokers as one bus.
+
+Each :class:`Node` is a :class:`~tests.unit.harness.Bus` with its own broker id; the
+pair shares the store (and so the grant key) as brokers on one database do, and
+:meth:`Pair.pump` carries every ``LinkSend`` to the other engine as the shell and the
+sockets would, until nothing is in flight.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from broker.core import Engine, Send
+from broker.core.commands import LinkSend
+from broker.core.records import LeaseRenewed
+from broker.memory_store import MemoryStore
+from schemas.protocol import envelope
+from tests.unit.harness import Bus, result_for, uuid_from
+
+
+class Node(Bus):
+    """One broker of the pair: its own id, ids and tokens; the shared store."""
+
+    def __init__(self, broker_id: str, store: MemoryStore, first_id: int) -> None:
+        self.broker_id = broker_id
+        super().__init__()
+        self._new_ids = itertools.count(first_id)
+        self.store = store
+        self.engine = self._engine()
+        self.engine.restore(store.load())
+
+    def _engine(self) -> Engine:
+        return Engine(broker_id=self.broker_id, limits=self._limits, lease_s=100,
+                      endpoint=f"ipc:///tmp/{self.broker_id}.sock",
+                      new_id=lambda: uuid_from(next(self._new_ids)),
+                      new_token=lambda: f"{self.broker_id}-token-{next(self._tokens)}")
+
+
+class Pair:
+    def __init__(self) -> None:
+        self.store = MemoryStore()
+        # Both brokers' lease rows, as their shells keep them (wall clock = the fake one).
+        self.store.apply([LeaseRenewed(b, 1, f"ipc:///tmp/{b}.sock", 0.0, 1e9) for b in ("ba", "bb")])
+        self.a = Node("ba", self.store, 0xA0000001)
+        self.b = Node("bb", self.store, 0xB0000001)
+        self.seen: dict[Node, list] = {self.a: [], self.b: []}
+
+    def other(self, node: Node) -> Node:
+        return self.b if node is self.a else self.a
+
+    def link(self) -> None:
+        """Each reads the other's lease row: links open, hellos cross."""
+        for node in (self.a, self.b):
+            peer = self.other(node)
+            row = {"broker_id": peer.broker_id, "endpoint": f"ipc:///tmp/{peer.broker_id}.sock",
+                   "until": node.now + 100}
+            self.deliver(node, node.engine.brokers_read([row], node.now))
+        self.settle()
+
+    def deliver(self, node: Node, out: list) -> None:
+        node.last = node._track(out)
+        self.seen[node] += out
+        self.pump(node, out)
+
+    def pump(self, node: Node, out: list) -> None:
+        peer = self.other(node)
+        for command in out:
+            if isinstance(command, LinkSend):
+                reply = peer._track(peer.engine.receive_batch(f"link-{node.broker_id}".encode(),
+                                                              command.envs, peer.now))
+                self.seen[peer] += reply
+                self.pump(peer, reply)
+
+    def settle(self) -> None:
+        """Commit both stores' writes (claims included), carrying what that causes."""
+        for node in (self.a, self.b):
+            node.commit()
+            self.seen[node] += node.last
+            self.pump(node, node.last)
+
+    def feed(self, node: Node, identity: bytes, env: dict) -> None:
+        self.seen[self.a], self.seen[self.b] = [], []
+        self.deliver(node, node.engine.receive(identity, env, node.now))
+
+    def hello(self, node: Node, name: str, **fields) -> dict:
+        msg_id = f"h-{name}"
+        self.feed(node, name.encode(), envelope("hello", id=msg_id, name=name, **fields))
+        self.settle()
+        return result_for(self.seen[node], name.encode(), msg_id)
+
+    def call(self, node: Node, identity: bytes, action: str, msg_id: str, **params) -> list:
+        self.feed(node, identity, envelope("call", id=msg_id, action=action, **params))
+        return self.seen[node]
+
+    def sent(self, node: Node, identity: bytes, kind: str) -> list[dict]:
+        return [c.env for c in self.seen[node] if isinstance(c, Send) and c.identity == identity
+                and c.env["k"] == kind]
+
+
+def linked_pair() -> Pair:
+    pair = Pair()
+    pair.link()
+    return pair
+
+
+def test_the_other_brokers_sessions_are_listed_and_announced_in_band():
+    pair = linked_pair()
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.b, "bob")
+    assert [e["session"]["name"] for e in pair.sent(pair.a, b"alice", "event")] == ["bob"]
+    rows = result_for(pair.call(pair.a, b"alice", "list", "l1"), b"alice", "l1")["sessions"]
+    assert [(r["name"], r["id"]) for r in rows] == [("bob", uuid_from(0xB0000001))]
+    status = result_for(pair.call(pair.a, b"alice", "status", "s1"), b"alice", "s1")
+    assert (status["broker"]["otherBrokersLive"], status["visibleSessions"]) == (1, 1)
+
+
+def test_a_send_to_a_session_on_the_other_broker_is_answered_by_that_broker():
+    pair = linked_pair()
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.b, "bob")
+    out = pair.call(pair.a, b"alice", "send", "m1", to="bob", message="hi")
+    forwarded = [c for c in out if isinstance(c, LinkSend)]
+    assert [env["k"] for c in forwarded for env in c.envs] == ["forward"]
+    (delivered,) = pair.sent(pair.b, b"bob", "msg")
+    assert (delivered["id"], delivered["message"], delivered["from"]) == ("m1", "hi", uuid_from(0xA0000001))
+    assert result_for(pair.seen[pair.a], b"alice", "m1")["delivered"] is True
+    assert pair.a.engine.cluster.forwarded == {}
+
+
+def test_presence_for_the_other_brokers_sessions_is_told_once_by_each_broker():
+    pair = linked_pair()
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.b, "bob")
+    pair.call(pair.a, b"alice", "join", "j1", group="extra")
+    pair.call(pair.b, b"bob", "join", "j2", group="extra")
+    updates = [e["event"] for e in pair.sent(pair.a, b"alice", "event")]
+    assert updates == ["presence_update"]     # from broker A, none relayed from B
+
+
+def test_an_ask_waiting_on_a_broker_that_goes_silent_fails_and_its_sessions_leave():
+    pair = linked_pair()
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.b, "bob")
+    pair.call(pair.a, b"alice", "ask", "q1", to="bob", message="there?")
+    assert pair.sent(pair.b, b"bob", "msg")[0]["expectsReply"] is True
+    half = pair.a.engine.state.limits.liveness_s * 0.6
+    pair.a.advance(half)
+    pair.a.feed(b"alice", envelope("hb"))          # alice lives on; B says nothing more
+    out = pair.a.advance(half)
+    pair.seen[pair.a] = out
+    error = result_for(out, b"alice", "q1")
+    assert (error["ok"], error["code"]) == (False, "peer_disconnected")
+    assert [(e["event"], e["session"]["name"]) for e in pair.sent(pair.a, b"alice", "event")] == \
+        [("session_left", "bob")]
+    assert pair.a.engine.cluster.live_count(pair.a.now) == 0
+
+
+def test_the_other_brokers_sessions_stay_while_its_link_lives_past_the_liveness_window():
+    pair = linked_pair()
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.b, "bob")
+    for _ in range(5):                           # 5 liveness windows of heartbeats
+        for node, name in ((pair.a, b"alice"), (pair.b, b"bob")):
+            node.now += node.engine.state.limits.liveness_s / 2
+            pair.deliver(node, node.engine.tick(node.now))
+            pair.deliver(node, node.engine.receive(name, envelope("hb"), node.now))
+    rows = result_for(pair.call(pair.a, b"alice", "list", "l1"), b"alice", "l1")["sessions"]
+    assert [r["name"] for r in rows] == ["bob"]
+
+
+def test_a_link_hello_without_the_databases_proof_is_ignored():
+    pair = Pair()
+    pair.hello(pair.a, "alice")
+    forged = envelope("link", broker="evil", proof="l1.0000", endpoint="ipc:///x", until=1e12,
+                      sessions=[{"id": uuid_from(0xE0000001), "name": "mallory", "groups": ["default"]}])
+    pair.a.engine.receive_batch(b"intruder", [forged], pair.a.now)
+    assert pair.a.engine.cluster.peers == {}
+    assert result_for(pair.call(pair.a, b"alice", "list", "l1"), b"alice", "l1")["sessions"] == []
+
+
+def test_reclaiming_an_id_that_a_session_on_the_other_broker_holds_opens_a_fresh_one():
+    pair = linked_pair()
+    first = pair.hello(pair.a, "twin")
+    welcome = pair.hello(pair.b, "copy", sessionId=first["sessionId"], token=first["token"])
+    assert (welcome["reclaimed"], welcome["sessionId"] != first["sessionId"]) == (False, True)
+    assert "another broker" in welcome["reason"]
+    assert pair.store.claims()[first["sessionId"]] == "ba"
+
+
+def test_the_first_of_two_claims_committed_wins_and_the_other_opens_a_fresh_id():
+    pair = linked_pair()
+    first = pair.hello(pair.a, "twin")
+    pair.feed(pair.a, b"twin", envelope("bye", id="bye"))
+    pair.settle()
+    hello = dict(name="twin", sessionId=first["sessionId"], token=first["token"])
+    # Both hellos are in before either claim commits: each waits for its own.
+    pair.a.last = pair.a._track(pair.a.engine.receive(b"t1", envelope("hello", id="h1", **hello), pair.a.now))
+    pair.b.last = pair.b._track(pair.b.engine.receive(b"t2", envelope("hello", id="h2", **hello), pair.b.now))
+    assert not [c for c in pair.a.last + pair.b.last if isinstance(c, Send) and c.env["k"] == "result"]
+    pair.seen[pair.a], pair.seen[pair.b] = [], []
+    pair.settle()
+    on_a, on_b = result_for(pair.seen[pair.a], b"t1", "h1"), result_for(pair.seen[pair.b], b"t2", "h2")
+    assert (on_a["reclaimed"], on_b["reclaimed"]) == (True, False)
+    assert on_a["sessionId"] == first["sessionId"] != on_b["sessionId"]
+
+
+def test_a_client_moving_from_a_broker_whose_link_fell_silent_keeps_its_id():
+    pair = linked_pair()
+    first = pair.hello(pair.a, "alice")
+    pair.b.now += 2.5            # A went quiet (killed): not yet given up on, but suspect
+    welcome = pair.hello(pair.b, "alice", sessionId=first["sessionId"], token=first["token"])
+    assert (welcome["reclaimed"], welcome["sessionId"]) == (True, first["sessionId"])
+    assert pair.store.claims()[first["sessionId"]] == "bb"
+    assert pair.b.engine.registry.by_id[first["sessionId"]].broker is None
