@@ -119,8 +119,9 @@ def test_an_acknowledged_leave_is_kept_across_a_kill9(brokers):
 
 # -- an ask in flight across a restart --------------------------------------------------
 
-@pytest.mark.timeout(90)
-def test_an_ask_pending_across_a_kill9_reaches_its_target_once_and_gets_the_reply(brokers):
+def ask_across_a_kill9(brokers):
+    """An ask from ``asker`` that ``target`` received, then the broker killed and a new
+    one started on the same data: (target, the ask, the asker's answers, its thread)."""
     broker = brokers()
     asker = connect(broker, "asker")
     target = connect(broker, "target")
@@ -130,10 +131,15 @@ def test_an_ask_pending_across_a_kill9_reaches_its_target_once_and_gets_the_repl
     waiting.start()
     ask = target.receive(timeout=15)
     assert ask is not None and ask["expectsReply"], ask
-
     broker.kill()
     brokers()
     back(target)
+    return target, ask, answers, waiting
+
+
+@pytest.mark.timeout(90)
+def test_an_ask_pending_across_a_kill9_reaches_its_target_once_and_gets_the_reply(brokers):
+    target, ask, answers, waiting = ask_across_a_kill9(brokers)
     # The asker resends its ask to the new broker, which delivers it again: the target's
     # client drops the copy it already handed out.
     wait_until(lambda: target.inbox_statistics().duplicates_dropped >= 1, 20,
@@ -149,18 +155,7 @@ def test_an_ask_pending_across_a_kill9_reaches_its_target_once_and_gets_the_repl
 
 @pytest.mark.timeout(90)
 def test_a_reply_made_before_the_ask_is_resent_still_reaches_the_asker(brokers):
-    broker = brokers()
-    asker = connect(broker, "asker")
-    target = connect(broker, "target")
-    answers = []
-    waiting = threading.Thread(target=lambda: answers.append(
-        asker.intercom(action="ask", to="target", message="still there?", timeout=40)))
-    waiting.start()
-    ask = target.receive(timeout=15)
-    assert ask is not None and ask["expectsReply"], ask
-    broker.kill()
-    brokers()
-    back(target)
+    target, ask, answers, waiting = ask_across_a_kill9(brokers)
     # At once: the asker has not resent its ask yet, so the first try finds no ask.
     reply = target.intercom(action="reply", replyTo=ask["id"], message="yes")
     assert reply["ok"], reply
