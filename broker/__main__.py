@@ -40,13 +40,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="allow a TCP endpoint beyond loopback without CURVE (logged, shown in status)")
     parser.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"],
                         help="SQLite synchronous mode (FULL survives power loss too)")
-    parser.add_argument("--host-lease-s", type=float, default=LEASE_S, metavar="S",
+    parser.add_argument("--lease-s", type=_positive_float, default=LEASE_S, metavar="SECONDS",
+                        help="the lease of this broker's row in the database and of host "
+                        f"sessions (default {LEASE_S:g}); the two flags below override one each")
+    parser.add_argument("--host-lease-s", type=_positive_float, metavar="SECONDS",
                         help="how long a run whose host left stays as it was before it is "
-                        f"dormant (default {LEASE_S:g} s)")
-    parser.add_argument("--broker-lease-s", type=_positive_float, default=LEASE_S, metavar="SECONDS",
+                        "dormant (default: --lease-s)")
+    parser.add_argument("--broker-lease-s", type=_positive_float, metavar="SECONDS",
                         help="this broker's lease row in the database, renewed every third of it; "
                         "other brokers on the database count it live until it ends "
-                        f"(default {LEASE_S:g})")
+                        "(default: --lease-s)")
     limits = parser.add_argument_group("limits", "what one client may make the broker hold "
                                        "(also config fields; see the README's limits table)")
     for bound in BOUNDS:
@@ -80,7 +83,7 @@ def limits_from(args: argparse.Namespace, config) -> Limits:
     chosen = {bound.field: getattr(args, bound.field) or getattr(config, bound.config)
               for bound in BOUNDS}
     return Limits(max_pending_asks=config.maxPendingAsks, ask_timeout_s=config.askTimeout,
-                  host_lease_s=max(0.0, args.host_lease_s), **chosen)
+                  host_lease_s=args.host_lease_s or args.lease_s, **chosen)
 
 
 def refuse(problem: str) -> int:
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         curve_dir=args.curve.expanduser() if args.curve else None,
         insecure=args.insecure,
         data_dir=base,
-        broker_lease_s=args.broker_lease_s,
+        broker_lease_s=args.broker_lease_s or args.lease_s,
     )
     try:
         broker = Broker(settings)

@@ -544,21 +544,23 @@ class Session:
 
     # -- workflow hosting ------------------------------------------------------------------
 
-    def register_run(self, run_id: str, stages: list[dict],
+    def register_run(self, run_id: str, stages: list[dict], post_mortem: bool | None = None,
                      late_router: bool | None = None) -> dict[str, Any]:
         """Register a workflow run this session hosts, and join ``workflow:<run_id>``.
 
         ``stages`` is a tree: each ``{"name", "id"?, "kind"?: "agent"|"prompt"|"tool"|"ui",
         "state"?, "group"?, "intercom"?, "children"?: [...]}``. Registering again merges
         new stages, or resumes a run this session hosted (after a reconnect, or a
-        restart with its reclaimed id). ``late_router=True``: this session answers asks
-        to the run's stages after the run ends (they list ``closed · reply:
-        post-mortem only``). The answer's ``runGrant`` lets another session take the
+        restart with its reclaimed id). ``post_mortem=True`` (or ``late_router``): this
+        session answers asks to the run's stages after the run ends (they list ``closed ·
+        reply: post-mortem only``); such an ask arrives through ``receive()`` with the
+        stage's path in ``stage`` and is answered with ``reply``. The answer's ``runGrant`` lets another session take the
         run over (:meth:`take_over`) once this one is gone.
         """
         fields = {"op": "register_run", "runId": run_id, "stages": stages}
-        if late_router is not None:
-            fields["lateRouter"] = late_router
+        router = post_mortem if post_mortem is not None else late_router
+        if router is not None:
+            fields["lateRouter"] = router
         return self._call("workflow", fields)
 
     def take_over(self, run_id: str, grant: str) -> dict[str, Any]:

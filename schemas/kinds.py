@@ -201,7 +201,8 @@ _MSG_FIELDS = (
     _f("target", str, "the workflow path it was sent to", max_len=None),
     _f("ackRequired", bool, "send ``received`` once it is in the session's context"),
     _f("receivedBeforeStart", bool, "retained for the stage before it started"),
-    _f("postMortem", bool, "a late message to a closed stage (``target``), for its host"),
+    _f("postMortem", bool, "a late message to a closed stage (``stage``), for its host"),
+    _f("stage", str, "a late message's closed stage: its canonical path", max_len=None),
     _f("held", bool, "held for this subagent while its run was dormant"),
 )
 

@@ -61,7 +61,7 @@ def ask(state: State, session: Session, params: dict, re: str, now: float,
         target = resolve_ask(state, session, to) if looks_like_path(to) else \
             resolve_target(state, session, to, ask=True)
         stage = closed.stage_named(state, to)
-        late = {"postMortem": True, "target": stage.target} \
+        late = {"postMortem": True, "target": stage.target, "stage": stage.target} \
             if stage is not None and target.id == stage.host_id else None
         open_ask(state, session, target, re, message, attachments, params.get("timeout"), now,
                  supervisor=False, extra=late)

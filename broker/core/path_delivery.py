@@ -49,7 +49,7 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
         backlog.check(state, host)
         stage = closed.stage_named(state, to)
         deliver(state, session.id, session.name, host, re, message, attachments, state.wall,
-                extra={"target": stage.target, "postMortem": True})
+                extra={"target": stage.target, "stage": stage.target, "postMortem": True})
         return {"delivered": True, "to": host.id, "toName": host.name, "target": stage.target,
                 "messageId": re}
     run = run_for(state, session, path)

@@ -72,3 +72,41 @@ def test_a_dormant_run_holds_sends_for_its_subagent_across_a_kill9(short_tmp):
         for session in opened:
             session.close()
         broker.stop()
+
+
+@pytest.mark.timeout(60)
+def test_a_post_mortem_ask_reaches_the_host_through_receive_and_its_reply_the_asker(short_tmp):
+    import threading
+    broker = start_broker(short_tmp)
+    opened = []
+
+    def connect(name, **kw):
+        session = Client.connect(name, endpoint=broker.endpoint, timeout=15, **kw)
+        opened.append(session)
+        return session
+
+    try:
+        host = connect("host")
+        run = new_run_id()
+        granted(ok(host.register_run(run, [{"name": "review"}], post_mortem=True)))
+        reviewer = connect("review", kind="stage", stage=path(run, "review"),
+                           grant=GRANTS[path(run, "review")], transcript="t-review")
+        peer = connect("peer")
+        ok(peer.intercom(action="join", group=f"workflow:{run}"))
+        reviewer.close()
+        ok(host.end_run(run))
+        rows = peer.intercom(action="list")["closedStages"]
+        assert [r["label"] for r in rows] == ["closed · reply: post-mortem only"]
+        answers = []
+        asking = threading.Thread(target=lambda: answers.append(
+            peer.intercom(action="ask", to=path(run, "review"), message="why that verdict?")))
+        asking.start()
+        ask = host.receive(timeout=10)
+        assert ask is not None and ask["expectsReply"] and ask["stage"] == path(run, "review")
+        ok(host.intercom(action="reply", replyTo=ask["id"], message="the tests were thin"))
+        asking.join(10)
+        assert answers and answers[0]["message"] == "the tests were thin", answers
+    finally:
+        for session in opened:
+            session.close()
+        broker.stop()
