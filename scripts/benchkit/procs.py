@@ -178,8 +178,9 @@ def spawn(name: str, argv: list[str], env: dict, log: Path, *, pipes: bool = Tru
 # The bounds a benchmark raises out of its way, so it measures routing, not refusals:
 # four senders outrun one receiver by more than the default 8 MiB backlog (the bound
 # then refuses sends, as it should), and the durable and scaling sections host many
-# runs from one session. scripts/bench_backlog.py measures the backlog bound itself.
-BENCH_BOUNDS = ("--max-backlog-bytes", str(1 << 30), "--max-runs-per-session", "100000")
+# runs (each a group) from one session. scripts/bench_backlog.py measures the backlog bound itself.
+BENCH_BOUNDS = ("--max-backlog-bytes", str(1 << 30), "--max-runs-per-session", "100000",
+                "--max-groups", "100000")
 
 
 def broker_argv(data: Path, endpoint: str, pub: str, *extra: str,
