@@ -257,7 +257,7 @@ BROKER_KINDS: tuple[Kind, ...] = (
 )
 
 _ROWS = _f("sessions", list, "session rows: the public row plus homeGroup, parent, "
-           "statusSuffix, tokenHash", required=True, max_len=None)
+           "statusSuffix, tokenHash, hosts (the run ids it hosts)", required=True, max_len=None)
 
 LINK_KINDS: tuple[Kind, ...] = (
     Kind("link", LINK, "Hello on a new link (a DEALER to the other broker's ROUTER): who "

@@ -92,6 +92,10 @@ class Cluster:
     # Brokers that said bye: their row may still be read before its release commits.
     departed: RecentSet = field(default_factory=lambda: RecentSet(64))
     next_heartbeat_at: float = 0.0
+    # Runs hosted by mirrors, as their rows say: run id -> the hosting mirror's id, and
+    # back. The broker of a run's host owns the run (see broker.core.forwarding).
+    run_hosts: dict[str, str] = field(default_factory=dict)
+    hosting: dict[str, set[str]] = field(default_factory=dict)   # mirror id -> run ids
 
     def session_left(self, session: Session) -> None:
         """``session`` left the registry: a mirror is forgotten, a local session's
@@ -100,9 +104,21 @@ class Cluster:
             self.forwarded.pop(session.id, None)
             return
         self.remote.pop(session.id, None)
+        self.set_hosted(session.id, ())
         peer = self.peers.get(session.broker)
         if peer is not None:
             peer.mirrors.discard(session.id)
+
+    def set_hosted(self, mirror_id: str, run_ids) -> None:
+        """The runs mirror ``mirror_id`` hosts now, as its broker said."""
+        for run_id in self.hosting.pop(mirror_id, ()):
+            if self.run_hosts.get(run_id) == mirror_id:
+                del self.run_hosts[run_id]
+        runs = {r for r in run_ids if r.__class__ is str}
+        if runs:
+            self.hosting[mirror_id] = runs
+            for run_id in runs:
+                self.run_hosts[run_id] = mirror_id
 
     def live_count(self, wall: float) -> int:
         """Other brokers whose lease is live and that have not been seen to go."""
@@ -113,10 +129,10 @@ class Cluster:
         return [p for p in self.peers.values() if not p.gone]
 
 
-def link_row(session: Session, token_hash: str) -> dict[str, Any]:
-    """What another broker needs to mirror ``session``."""
+def link_row(session: Session, token_hash: str, hosts: list[str]) -> dict[str, Any]:
+    """What another broker needs to mirror ``session`` (``hosts``: the runs it hosts)."""
     row = session.public()
     row.update(homeGroup=session.home_group, parent=session.parent_id,
                statusSuffix=session.status_suffix, status=session.status,
-               tokenHash=token_hash)
+               tokenHash=token_hash, hosts=hosts)
     return row

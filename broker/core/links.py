@@ -291,4 +291,5 @@ def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False)
 
 def _row(state: State, session) -> dict[str, Any]:
     identity = state.identities.get(session.id)
-    return link_row(session, identity.token_hash if identity is not None else "")
+    return link_row(session, identity.token_hash if identity is not None else "",
+                    sorted(state.hosted.get(session.id, ())))

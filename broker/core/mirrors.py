@@ -38,6 +38,10 @@ def upsert(state: State, peer: Peer, row: Any, now: float) -> None:
         _add(state, peer, row, now)
     elif held.broker == peer.broker_id:
         _update(state, held, row)
+    else:
+        return
+    hosts = row.get("hosts")
+    state.cluster.set_hosted(row["id"], hosts if isinstance(hosts, list) else ())
 
 
 def moved(state: State, peer: Peer, row: Any) -> Session | None:

@@ -132,6 +132,7 @@ def set_host(state: State, run: Run, session: Session) -> None:
     state.leased.discard(run.run_id)
     state.hosted.setdefault(session.id, set()).add(run.run_id)
     state.hosted_before.setdefault(session.id, set()).add(run.run_id)
+    state.cluster.changed[session.id] = session     # other brokers learn who owns the run
 
 
 def received(state: State, session: Session, ids: list) -> None:

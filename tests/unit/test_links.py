@@ -212,3 +212,68 @@ def test_a_client_moving_from_a_broker_whose_link_fell_silent_keeps_its_id():
     assert (welcome["reclaimed"], welcome["sessionId"]) == (True, first["sessionId"])
     assert pair.store.claims()[first["sessionId"]] == "bb"
     assert pair.b.engine.registry.by_id[first["sessionId"]].broker is None
+
+
+# -- workflow runs: owned by the broker of their host -----------------------------------
+
+def hosted_pair() -> tuple[Pair, str]:
+    """A host on A with run r1 (stage plan pending), bob on B in its invocation group."""
+    pair = linked_pair()
+    pair.hello(pair.a, "host")
+    pair.feed(pair.a, b"host", envelope("workflow", id="w1", op="register_run", runId="r1",
+                                        stages=[{"name": "plan"}]))
+    grant = result_for(pair.seen[pair.a], b"host", "w1")["grants"]["workflow:r1/plan"]
+    pair.settle()
+    pair.hello(pair.b, "bob", group="workflow:r1")
+    return pair, grant
+
+
+def queue_from(pair: Pair, node: Node, identity: bytes, msg_id: str, message: str) -> dict:
+    pair.call(node, identity, "send", msg_id, to="workflow:r1/plan", message=message)
+    pair.settle()                    # the owner commits; its answer crosses back
+    return result_for(pair.seen[node], identity, msg_id)
+
+
+def test_a_send_to_a_pending_stage_of_a_run_on_the_other_broker_is_queued_by_that_broker():
+    pair, _ = hosted_pair()
+    assert pair.b.engine.cluster.run_hosts == {"r1": uuid_from(0xA0000001)}
+    answer = queue_from(pair, pair.b, b"bob", "m1", "first")
+    assert (answer["queued"], answer["position"], answer["runId"]) == (True, 1, "r1")
+    assert [e.message for e in pair.a.engine.state.sticky.entries("r1")] == ["first"]
+    assert list(pair.b.engine.state.sticky.entries("r1")) == []      # held once, on A
+    assert pair.b.engine.cluster.forwarded == {}
+
+
+def test_the_per_stage_cap_counts_sends_from_both_brokers_once():
+    pair, _ = hosted_pair()
+    for i in range(25):
+        assert queue_from(pair, pair.a, b"host", f"a{i}", f"a{i}")["position"] == 2 * i + 1
+        assert queue_from(pair, pair.b, b"bob", f"b{i}", f"b{i}")["position"] == 2 * i + 2
+    refused = queue_from(pair, pair.b, b"bob", "over", "over")
+    assert (refused["ok"], refused["code"]) == (False, "queue_full")
+
+
+def test_a_stage_on_the_owner_gets_entries_queued_from_the_other_broker_in_order_once():
+    pair, grant = hosted_pair()
+    queue_from(pair, pair.b, b"bob", "m1", "one")
+    queue_from(pair, pair.a, b"host", "m2", "two")
+    queue_from(pair, pair.b, b"bob", "m3", "three")
+    pair.hello(pair.a, "plan", sessionKind="stage", stage="workflow:r1/plan", grant=grant,
+               transcript="t-plan")
+    got = [(m["message"], m["from"], m.get("receivedBeforeStart")) for m in pair.sent(pair.a, b"plan", "msg")]
+    bob, host = uuid_from(0xB0000001), uuid_from(0xA0000001)
+    assert got == [("one", bob, True), ("two", host, True), ("three", bob, True)]
+    pair.call(pair.b, b"bob", "send", "live", to="workflow:r1/plan", message="live")
+    assert [m["message"] for m in pair.sent(pair.a, b"plan", "msg")] == ["live"]
+    assert result_for(pair.seen[pair.b], b"bob", "live")["delivered"] is True
+
+
+def test_an_ask_to_a_live_stage_on_the_owner_is_answered_across_the_link():
+    pair, grant = hosted_pair()
+    pair.hello(pair.a, "plan", sessionKind="stage", stage="workflow:r1/plan", grant=grant,
+               transcript="t-plan")
+    pair.call(pair.b, b"bob", "ask", "q1", to="workflow:r1/plan", message="ready?")
+    (asked,) = pair.sent(pair.a, b"plan", "msg")
+    assert asked["expectsReply"] is True
+    pair.call(pair.a, b"plan", "reply", "r1", to=asked["from"], replyTo=asked["id"], message="yes")
+    assert result_for(pair.seen[pair.b], b"bob", "q1")["message"] == "yes"

@@ -1,0 +1,78 @@
+"""Workflow runs across brokers on one database: the broker of the run's host owns it.
+
+Real broker processes on one SQLite file (see tests/integration/multi_broker.py): a
+session on broker B addressing ``workflow:<run>/...`` of a run hosted on broker A is
+handled by A (queueing, positions, the cap, delivery), and what A answered ``queued``
+is in the shared database, so a kill -9 of A loses none of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.multi_broker import Cluster, others_live, wait_until
+from tests.integration.workflow_helpers import host_run, path, queue, send, start_stage, take
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+def two():
+    cluster = Cluster(2)
+    yield cluster
+    cluster.close()
+
+
+def hosted_on_first(cluster: Cluster):
+    """A host on broker 0 with a fresh run (stage plan pending), bob on broker 1 in the
+    run's invocation group, once broker 1 knows who hosts the run."""
+    host, run = host_run(lambda name: cluster.connect(0, name), [{"name": "plan"}])
+    bob = cluster.connect(1, "bob", group=f"workflow:{run}")
+    wait_until(lambda: others_live(bob) == 1, 15, "the brokers link")
+
+    def host_known() -> bool:
+        rows = bob.intercom(action="list")["sessions"]
+        return any(r["name"] == "host" and f"workflow:{run}" in r["groups"] for r in rows)
+
+    wait_until(host_known, 15, "broker 1 mirrors the host with its run")
+    return host, bob, run
+
+
+def test_sends_from_another_broker_to_a_pending_stage_queue_once_in_one_fifo(two):
+    host, bob, run = hosted_on_first(two)
+    target = path(run, "plan")
+    positions = [queue(bob, target, "b1")["position"], queue(host, target, "h1")["position"],
+                 queue(bob, target, "b2")["position"]]
+    assert positions == [1, 2, 3]
+    stage = start_stage(lambda name, **kw: two.connect(0, name, **kw), run, "plan")
+    got = take(stage, 3)
+    assert [(m["message"], m["from"]) for m in got] == [("b1", bob.id), ("h1", host.id), ("b2", bob.id)]
+    assert all(m.get("receivedBeforeStart") for m in got)
+    live = send(bob, target, "live")
+    assert (live["ok"], live.get("delivered")) == (True, True), live
+    (msg,) = take(stage, 1)
+    assert (msg["message"], msg.get("receivedBeforeStart")) == ("live", None)
+    assert stage.receive(0.3) is None          # nothing twice
+
+
+def test_the_cap_of_a_stage_queue_counts_sends_from_both_brokers(two):
+    host, bob, run = hosted_on_first(two)
+    target = path(run, "plan")
+    for i in range(25):
+        queue(host, target, f"h{i}")
+        queue(bob, target, f"b{i}")
+    refused = send(bob, target, "over")
+    assert (refused["ok"], refused["code"]) == (False, "queue_full"), refused
+
+
+def test_a_kill_9_of_the_runs_broker_loses_nothing_queued_from_the_other(two):
+    host, bob, run = hosted_on_first(two)
+    target = path(run, "plan")
+    for text in ("one", "two", "three"):
+        queue(bob, target, text)
+    first_dir = two.brokers[0].data_dir
+    two.brokers[0].kill()
+    two.start(first_dir)                       # the same endpoint, a new broker id
+    stage = start_stage(lambda name, **kw: two.connect(2, name, **kw), run, "plan")
+    assert [m["message"] for m in take(stage, 3)] == ["one", "two", "three"]
+    assert stage.receive(0.3) is None
