@@ -27,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import secrets
+import zlib
 import uuid
 from typing import Any, Callable, Mapping
 
@@ -47,7 +48,7 @@ from .records import InvocationState, Snapshot
 from .runs import Run
 from .sessions import Registry
 from .state import IdentityRecord, Limits, State
-from .sticky import entry_from_row
+from .sticky import SEQ_TAG_BITS, entry_from_row
 
 SWEEP_INTERVAL_S = 0.5
 # Sessions expired per sweep at most: a mass expiry is spread over several rounds so
@@ -78,6 +79,8 @@ class Engine:
         self.state.cluster.lease_s = lease_s
         if identities:
             self.state.identities.update(identities)
+        # Sticky entry numbers must not collide with another broker's on one database.
+        self.state.sticky.tag = zlib.crc32(broker_id.encode()) & ((1 << SEQ_TAG_BITS) - 1)
         self._next_sweep_at = 0.0
 
     # -- what tests and the shell read -------------------------------------------------

@@ -44,6 +44,8 @@ from .runs import Node, Run
 SETTLED = ""     # the transcript of a settlement: no session ever had the entry
 
 
+SEQ_TAG_BITS = 16           # low bits of an entry number: the numbering broker's tag
+
 @dataclass(eq=False, slots=True)
 class Entry:
     seq: int
@@ -107,7 +109,12 @@ class StickyQueues:
         self._keyed: dict[str, tuple[str, int]] = {}     # run -> (nonce, generation) keyed at
         self._held: dict[str, list[int]] = {}            # run -> [entries, bytes], pending too
         self.total_bytes = 0                             # every run's, pending too
-        self.next_seq = 1
+        # Entry numbers are unique in a database several brokers share: a counter above
+        # this broker's 16-bit tag. FIFO order is by number: a run's entries are all
+        # numbered by the broker holding it, and a restored counter starts above every
+        # number kept, whoever wrote it.
+        self.tag = 0
+        self._counter = 1
 
     def entries(self, run_id: str) -> Iterator[Entry]:
         yield from self.by_run.get(run_id, {}).values()
@@ -184,8 +191,8 @@ class StickyQueues:
             self._counts.pop(key, None)
 
     def allocate(self) -> int:
-        seq = self.next_seq
-        self.next_seq += 1
+        seq = self._counter << SEQ_TAG_BITS | self.tag
+        self._counter += 1
         return seq
 
     def add(self, entry: Entry) -> None:
@@ -195,7 +202,7 @@ class StickyQueues:
             self._hold(entry, 1)
         self.by_run.setdefault(entry.run_id, {})[entry.seq] = entry
         self.by_message[entry.message_id] = entry
-        self.next_seq = max(self.next_seq, entry.seq + 1)
+        self._counter = max(self._counter, (entry.seq >> SEQ_TAG_BITS) + 1)
 
     def remove(self, entry: Entry) -> None:
         run = self.by_run.get(entry.run_id)
