@@ -12,7 +12,6 @@ import collections
 import itertools
 import logging
 import os
-import random
 import threading
 import time
 from concurrent.futures import Future
@@ -27,9 +26,11 @@ from schemas.protocol import SESSION_KINDS, envelope
 from schemas.tools import intercom_params_problem
 
 from .protocol import ASK_RESEND_DELAY_S
-from .history import IDENTITY, RECEIVED, RESPONDED, SENT, History
+from .conversation import ConversationMethods
+from .hosting import HostingMethods
+from .ids import new_message_id
+from .history import IDENTITY, RECEIVED, SENT, History
 from .drafts import Turns
-from .respond import finish_problem, invoke_problem, respond_params, respond_problem
 from .keys import CurveKeys, resolve as resolve_keys
 from .inbox import DEFAULT_LIMIT_BYTES, Inbox, InboxStatistics, Waitable
 from . import reach
@@ -58,22 +59,9 @@ class ConnectError(Exception):
         self.code = code
 
 
-_bits = random.getrandbits
-_V4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_V4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 
-def new_message_id() -> str:
-    """A random (version 4) UUID string, without uuid4()'s urandom call and UUID object.
-
-    Message ids need to be unique, not secret: the ``random`` generator (seeded from
-    urandom, reseeded in forked children) gives 122 random bits like uuid4 does.
-    """
-    h = f"{_bits(128) & _V4_CLEAR | _V4_SET:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-class Session:
+class Session(ConversationMethods, HostingMethods):
     """One connected session. Thread-safe; use as a context manager or call close()."""
 
     def __init__(self, *, name: str, endpoint: str | list[str], group: str | None, agent: str | None,
@@ -411,188 +399,6 @@ class Session:
             event.pop("v", None)
             event.pop("k", None)
         return event
-
-    # -- respond, invoke, drafts (parameter checks: client.respond; turns: client.drafts) --
-
-    @property
-    def channel(self) -> str | None:
-        """This conversation's channel id, as the broker's welcome gave it."""
-        return self.welcome.get("channel")
-
-    def respond(self, content: str | None = None, draft: str | None = None,
-                channel: str = "current", attachments: list[dict] | None = None,
-                final: bool = True) -> dict[str, Any]:
-        """Post this agent's output to a channel: ``current``, ``last``, ``owner`` or a
-        channel id of the same agent. Exactly one of ``content`` or ``draft`` (a draft
-        id of the open turn: its exact text is sent). ``attachments``:
-        ``[{"path", "altText"?}]``, files that exist here. Returns ``{"ok": True,
-        "final", "sent": True, "channel", ["draft"]}``; ``sent`` means the broker took
-        it for delivery, not that a person read it."""
-        params = respond_params(content, draft, channel, attachments, final)
-        problem = respond_problem(params)
-        if problem:
-            return problem
-        if draft is not None:
-            with self._turn_lock:
-                try:
-                    params["content"] = self._turns.text_of(draft)
-                except BusError as exc:
-                    return exc.reply()
-        result = self._call("respond", params)
-        if result.get("ok"):
-            if draft is not None:
-                result.setdefault("draft", draft)
-            self._history.record(RESPONDED, content=params["content"], draft=draft,
-                                 channel=channel, attachments=attachments, final=final,
-                                 result=result)
-            if result.get("channel") == self.channel:
-                with self._turn_lock:
-                    self._turns.delivered(draft)
-        return result
-
-    def begin_turn(self) -> str:
-        """Start a turn (the conversation becomes active); ends the open one. Its id."""
-        with self._turn_lock:
-            turn, report = self._turns.begin()
-        if not self._closed:
-            if report is not None:
-                self._send_recovery(report, CALL_TIMEOUT_S)
-            self._transport.post(envelope("turn", turn=turn))
-        return turn
-
-    def end_turn(self) -> dict[str, Any]:
-        """End the open turn; ``{"ok": True, "turn", "recovery"}`` where ``recovery`` is
-        the reported outcome (None when the turn recorded no draft)."""
-        if self._closed:
-            return error_reply("session_closed")
-        return self._end_turn(CALL_TIMEOUT_S)
-
-    def record_draft(self, text: str, complete: bool | None = True) -> str:
-        """Keep plain assistant text as a draft of the open turn (one is begun if none
-        is open); returns its id for ``respond(draft=ID)``. ``complete``: True, False
-        (incomplete) or None (unknown); only complete drafts can be sent by reference.
-        The broker keeps the turn's recovery record as ``pending`` from now until the
-        turn ends. Raises ValueError for a text that is not a string or a bad
-        ``complete``."""
-        if self._turns.turn is None:
-            self.begin_turn()
-        with self._turn_lock:
-            draft_id, report = self._turns.record(text, complete)
-        if not self._closed:
-            self._send_recovery(report, CALL_TIMEOUT_S)
-        return draft_id
-
-    def _end_turn(self, timeout: float) -> dict[str, Any]:
-        with self._turn_lock:
-            turn = self._turns.turn
-            report = self._turns.end()
-        if report is None:
-            return {"ok": True, "turn": turn, "recovery": None}
-        result = self._send_recovery(report, timeout)
-        if not result.get("ok"):
-            return result
-        return {"ok": True, "turn": turn, "recovery": report["outcome"]}
-
-    def _send_recovery(self, report: dict, timeout: float) -> dict[str, Any]:
-        """Tell the broker this turn's recovery state (kept for persistent conversations).
-        Bypasses ``_closed``: close() reports the turn it ends."""
-        result = self._transport.call(envelope("recovery", id=new_message_id(), **report),
-                                      timeout)
-        if result is None:
-            result = error_reply("broker_unavailable", timeout_s=timeout)
-        if not result.get("ok"):
-            _log.warning("recovery report of turn %s (%s) not kept: %s", report["turn"],
-                         report["outcome"], result.get("error"))
-        return result
-
-    def list_sessions(self) -> dict[str, Any]:
-        """This agent's conversations: ``{"ok": True, "sessions": [{"session" (channel
-        id), "persistent", "remote", "connected", "lastActiveAt", "queuedInvocations",
-        "current"}]}``; the ``session`` values are what ``invoke`` takes."""
-        return self._call("sessions", {})
-
-    def invoke(self, session: str, reason: str) -> dict[str, Any]:
-        """Queue a turn in another existing persistent conversation of this agent.
-        Answered once the job is stored: ``{"ok": True, "queued": True, "id",
-        "session"}``; it does not wait for the turn."""
-        problem = invoke_problem(session, reason)
-        if problem:
-            return problem
-        return self._call("invoke", {"session": session, "reason": reason})
-
-    def finish_invocation(self, id: str, ok: bool = True, error: str | None = None) -> dict[str, Any]:
-        """Report how the turn of invocation ``id`` (from an ``invocation`` event) ended."""
-        problem = finish_problem(id, ok, error)
-        if problem:
-            return problem
-        if self._closed:
-            return error_reply("session_closed")
-        # The request's own id is the invocation id (the kind's declared ``id`` field).
-        result = self._transport.call(envelope("finish_invocation", id=id, ok=ok, error=error),
-                                      CALL_TIMEOUT_S)
-        return result if result is not None else error_reply("broker_unavailable",
-                                                             timeout_s=CALL_TIMEOUT_S)
-
-    def reset(self) -> dict[str, Any]:
-        """Forget this persistent conversation's response recovery record."""
-        return self._call("reset", {})
-
-    def delete(self) -> dict[str, Any]:
-        """Delete this persistent conversation's record, its recovery record and its
-        queued invocations; this session goes on as an ephemeral one."""
-        return self._call("delete", {})
-
-    # -- workflow hosting ------------------------------------------------------------------
-
-    def register_run(self, run_id: str, stages: list[dict], post_mortem: bool | None = None,
-                     late_router: bool | None = None) -> dict[str, Any]:
-        """Register a workflow run this session hosts, and join ``workflow:<run_id>``.
-
-        ``stages`` is a tree: each ``{"name", "id"?, "kind"?: "agent"|"prompt"|"tool"|"ui",
-        "state"?, "group"?, "intercom"?, "children"?: [...]}``. Registering again merges
-        new stages, or resumes a run this session hosted (after a reconnect, or a
-        restart with its reclaimed id). ``post_mortem=True`` (or ``late_router``): this
-        session answers asks to the run's stages after the run ends (they list ``closed ·
-        reply: post-mortem only``); such an ask arrives through ``receive()`` with the
-        stage's path in ``stage`` and is answered with ``reply``. The answer's ``runGrant`` lets another session take the
-        run over (:meth:`take_over`) once this one is gone.
-        """
-        fields = {"op": "register_run", "runId": run_id, "stages": stages}
-        router = post_mortem if post_mortem is not None else late_router
-        if router is not None:
-            fields["lateRouter"] = router
-        return self._call("workflow", fields)
-
-    def take_over(self, run_id: str, grant: str) -> dict[str, Any]:
-        """Host a run whose host is gone, with the ``runGrant`` its host was given."""
-        return self._call("workflow", {"op": "take_over", "runId": run_id, "grant": grant})
-
-    def add_stages(self, run_id: str, stages: list[dict], parent: str | None = None) -> dict[str, Any]:
-        """Materialize more stages (nested children under ``parent``, a stage path)."""
-        return self._call("workflow", {"op": "add_stages", "runId": run_id, "stages": stages,
-                                       "parent": parent})
-
-    def set_stage_state(self, run_id: str, stage: str, state: str) -> dict[str, Any]:
-        """Report a transition: PENDING, RUNNING, completed, failed or skipped."""
-        return self._call("workflow", {"op": "stage_state", "runId": run_id, "stage": stage,
-                                       "state": state})
-
-    def revoke_stage(self, run_id: str, stage: str) -> dict[str, Any]:
-        """Revoke a stage's grant: no session can bind to it with that grant any more."""
-        return self._call("workflow", {"op": "revoke_stage", "runId": run_id, "stage": stage})
-
-    def grant_child(self) -> dict[str, Any]:
-        """A grant for a child this session is about to launch: ``{"ok": True, "grant"}``.
-
-        The child connects with ``parent=<this session's id>, grant=<grant>``: only
-        then does it inherit this session's group and reach it with
-        ``contact_supervisor``.
-        """
-        return self._call("grant", {"for": "child"})
-
-    def end_run(self, run_id: str) -> dict[str, Any]:
-        """The root run terminated: settle and drop its sticky entries."""
-        return self._call("workflow", {"op": "end_run", "runId": run_id})
 
     # -- lifecycle ---------------------------------------------------------------------
 

@@ -239,7 +239,7 @@ def role_raw_apsw_insert(path: str, count: int, sync: str, size: int) -> None:
     import apsw
     import msgpack
 
-    from broker.store import _SCHEMA
+    from broker.store_sql import _SCHEMA
 
     conn = apsw.Connection(path)
     conn.setbusytimeout(5000)

@@ -1,0 +1,241 @@
+"""The SQLite schema of the store, its migrations, and every statement it runs.
+
+Plain text only (see :mod:`broker.store` for the code that runs it). The schema is
+versioned in ``meta``: a new file gets :data:`SCHEMA_VERSION`; an older file is
+migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
+Parameters are named after the fields of the records they write.
+"""
+
+SCHEMA_VERSION = 4
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+# How long a statement waits for another process's transaction on the file. Another
+# broker on the same file commits in milliseconds; anything longer is a lock held by
+# someone else, and a sender waiting on it is better told so at once.
+BUSY_TIMEOUT_MS = 1000
+
+# respond/invoke (version 3). response_recovery holds agents' exact undelivered output:
+# sensitive, never read back through a session (see the README).
+_AGENT_TABLES = """
+CREATE TABLE IF NOT EXISTS conversations (
+    agent TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    remote INTEGER NOT NULL,
+    last_active_at REAL,
+    session_id TEXT,
+    PRIMARY KEY (agent, channel)
+);
+CREATE TABLE IF NOT EXISTS invocations (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    from_channel TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    request TEXT NOT NULL,
+    state TEXT NOT NULL,               -- queued, started, done, failed
+    updated_at REAL NOT NULL,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS invocations_destination ON invocations (agent, channel, state);
+CREATE TABLE IF NOT EXISTS response_recovery (
+    agent TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    turn TEXT NOT NULL,
+    drafts BLOB NOT NULL,              -- msgpack [{id, text, completion, outcome}]
+    outcome TEXT NOT NULL,             -- pending, recovered, failed
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (agent, channel)
+);
+"""
+
+_CLAIMS_TABLE = """
+CREATE TABLE IF NOT EXISTS session_claims (
+    session_id TEXT PRIMARY KEY,       -- held by one live broker at most (SessionClaimed)
+    broker_id TEXT NOT NULL,
+    at REAL NOT NULL
+);
+"""
+
+_SCHEMA = _AGENT_TABLES + _CLAIMS_TABLE + """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS brokers (
+    broker_id TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    endpoint TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    lease_until REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    record BLOB NOT NULL               -- msgpack of the run tree (broker.core.runs)
+);
+CREATE TABLE IF NOT EXISTS sticky (
+    seq INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    target TEXT NOT NULL,
+    sender_id TEXT NOT NULL,
+    sender_name TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    message TEXT NOT NULL,
+    attachments BLOB NOT NULL,         -- msgpack list
+    sent_at REAL NOT NULL,
+    ack INTEGER NOT NULL,
+    position INTEGER,                  -- FIFO position when queued (1-based)
+    not_in_known_set INTEGER NOT NULL DEFAULT 0,
+    delivered_to BLOB                  -- msgpack list of stage names; NULL: none recorded
+);
+CREATE INDEX IF NOT EXISTS sticky_run ON sticky (run_id);
+CREATE TABLE IF NOT EXISTS sticky_delivery (
+    seq INTEGER NOT NULL,
+    stage TEXT NOT NULL,
+    transcript TEXT NOT NULL,
+    state TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (seq, stage, transcript)
+);
+CREATE TABLE IF NOT EXISTS session_identity (
+    session_id TEXT PRIMARY KEY,
+    atomic_session_id TEXT,
+    token_hash TEXT NOT NULL,
+    name TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+"""
+
+# Step from the keyed version to the next one. Version 1 kept no position, known-set
+# flag or answer; an old entry's position is its rank among the entries still queued
+# for the same (run, target), which is what the version-1 broker reported.
+MIGRATIONS: dict[int, str] = {
+    1: """
+ALTER TABLE sticky ADD COLUMN position INTEGER;
+ALTER TABLE sticky ADD COLUMN not_in_known_set INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sticky ADD COLUMN delivered_to BLOB;
+UPDATE sticky SET position = ranked.rank FROM (
+    SELECT seq, row_number() OVER (PARTITION BY run_id, target ORDER BY seq) AS rank
+    FROM sticky) AS ranked
+WHERE sticky.seq = ranked.seq;
+""",
+    # Both v3s (agents' tables; session claims) existed on branches: each step makes
+    # both, idempotently, so either upgrades to v4.
+    2: _AGENT_TABLES + _CLAIMS_TABLE,
+    3: _AGENT_TABLES + _CLAIMS_TABLE,
+}
+assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
+
+# -- writes, one per record type; parameters named after the record's fields -----------
+
+_UPSERT_IDENTITY = """
+INSERT INTO session_identity (session_id, atomic_session_id, token_hash, name, updated_at)
+VALUES (:session_id, :atomic_session_id, :token_hash, :name, :at)
+ON CONFLICT (session_id) DO UPDATE SET atomic_session_id = excluded.atomic_session_id,
+    token_hash = excluded.token_hash, name = excluded.name, updated_at = excluded.updated_at
+"""
+_UPSERT_LEASE = """
+DELETE FROM brokers WHERE endpoint = :endpoint AND broker_id != :broker_id;
+INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until)
+VALUES (:broker_id, :pid, :endpoint, :started_at, :until)
+ON CONFLICT (broker_id) DO UPDATE SET lease_until = excluded.lease_until
+"""
+_DELETE_LEASE = "DELETE FROM brokers WHERE broker_id = :broker_id"
+_FORGET_CLAIMS = """
+DELETE FROM session_claims WHERE broker_id NOT IN (SELECT broker_id FROM brokers)
+"""
+# One statement, so the check and the write are one step under the write lock.
+_CLAIM = """
+INSERT INTO session_claims (session_id, broker_id, at) VALUES (:session_id, :broker_id, :at)
+ON CONFLICT (session_id) DO UPDATE SET broker_id = excluded.broker_id, at = excluded.at
+WHERE session_claims.broker_id = excluded.broker_id
+   OR session_claims.broker_id NOT IN (SELECT broker_id FROM brokers WHERE lease_until > :at)
+   OR session_claims.broker_id IN (SELECT value FROM json_each(:gone))
+"""
+_CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
+_UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
+_UPSERT_RUN = """
+INSERT INTO runs (run_id, record) VALUES (:run_id, :record)
+ON CONFLICT (run_id) DO UPDATE SET record = excluded.record
+"""
+_DELETE_RUN = """
+DELETE FROM sticky_delivery WHERE seq IN (SELECT seq FROM sticky WHERE run_id = :run_id);
+DELETE FROM sticky WHERE run_id = :run_id;
+DELETE FROM runs WHERE run_id = :run_id;
+"""
+_INSERT_STICKY = """
+INSERT INTO sticky (seq, run_id, target, sender_id, sender_name, message_id, message,
+                    attachments, sent_at, ack, position, not_in_known_set)
+VALUES (:seq, :run_id, :target, :sender_id, :sender_name, :message_id, :message,
+        :attachments, :sent_at, :ack, :position, :not_in_known_set)
+"""
+_ANSWER_STICKY = "UPDATE sticky SET delivered_to = :delivered_to WHERE seq = :seq"
+_UPSERT_DELIVERY = """
+INSERT INTO sticky_delivery (seq, stage, transcript, state, at)
+VALUES (:seq, :stage, :transcript, :state, :at)
+ON CONFLICT (seq, stage, transcript) DO UPDATE SET state = excluded.state, at = excluded.at
+"""
+_DELETE_STICKY = """
+DELETE FROM sticky_delivery WHERE seq = :seq;
+DELETE FROM sticky WHERE seq = :seq;
+"""
+
+_UPSERT_CONVERSATION = """
+INSERT INTO conversations (agent, channel, remote, last_active_at, session_id)
+VALUES (:agent, :channel, :remote, :last_active_at, :session_id)
+ON CONFLICT (agent, channel) DO UPDATE SET remote = excluded.remote,
+    last_active_at = excluded.last_active_at, session_id = excluded.session_id
+"""
+_DELETE_CONVERSATION = """
+DELETE FROM invocations WHERE agent = :agent AND channel = :channel AND state = 'queued';
+DELETE FROM response_recovery WHERE agent = :agent AND channel = :channel;
+DELETE FROM conversations WHERE agent = :agent AND channel = :channel;
+"""
+_INSERT_INVOCATION = """
+INSERT INTO invocations (id, agent, channel, from_channel, reason, created_at, request, state,
+                         updated_at)
+VALUES (:id, :agent, :channel, :from_channel, :reason, :created_at, :request, :state, :created_at)
+"""
+_INVOCATION_STATE = """
+UPDATE invocations SET state = :state, updated_at = :at, error = :error WHERE id = :id
+"""
+_UPSERT_RECOVERY = """
+INSERT INTO response_recovery (agent, channel, turn, drafts, outcome, updated_at)
+VALUES (:agent, :channel, :turn, :drafts, :outcome, :at)
+ON CONFLICT (agent, channel) DO UPDATE SET turn = excluded.turn, drafts = excluded.drafts,
+    outcome = excluded.outcome, updated_at = excluded.updated_at
+"""
+_DELETE_RECOVERY = "DELETE FROM response_recovery WHERE agent = :agent AND channel = :channel"
+
+# -- reads, columns named as the record fields they fill --------------------------------
+
+_META_TABLE = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+_PRUNE_IDENTITIES = "DELETE FROM session_identity WHERE updated_at < :cutoff"
+_SELECT_IDENTITIES = """
+SELECT session_id, atomic_session_id, token_hash, name, updated_at AS at
+FROM session_identity ORDER BY updated_at DESC, session_id DESC LIMIT :limit
+"""
+_SELECT_RUNS = "SELECT run_id, record FROM runs ORDER BY rowid"
+_SELECT_STICKY = """
+SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments,
+       sent_at, ack, position, not_in_known_set, delivered_to
+FROM sticky ORDER BY seq
+"""
+_SELECT_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
+_SELECT_CONVERSATIONS = """
+SELECT agent, channel, remote, last_active_at, session_id FROM conversations ORDER BY rowid
+"""
+_PRUNE_INVOCATIONS = """
+DELETE FROM invocations WHERE state NOT IN ('queued', 'started') AND updated_at < :cutoff
+"""
+_SELECT_INVOCATIONS = """
+SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
+WHERE state IN ('queued', 'started') ORDER BY rowid
+"""
+_SELECT_RECOVERIES = """
+SELECT agent, channel, turn, drafts, outcome, updated_at AS at FROM response_recovery ORDER BY rowid
+"""
+_SELECT_LIVE = """
+SELECT broker_id, pid, endpoint, started_at, lease_until AS until FROM brokers
+WHERE lease_until > :now AND broker_id IS NOT :exclude ORDER BY started_at, broker_id
+"""
+_COUNT_LIVE = """
+SELECT count(*) AS live FROM brokers WHERE lease_until > :now AND broker_id IS NOT :exclude
+"""
+
