@@ -23,6 +23,23 @@ def until(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+class Sessions:
+    """Sessions opened on ``broker`` (which a test may replace after a restart)."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.opened = []
+
+    def connect(self, name, **kw):
+        session = Client.connect(name, endpoint=self.broker.endpoint, timeout=15, **kw)
+        self.opened.append(session)
+        return session
+
+    def close(self):
+        for session in self.opened:
+            session.close()
+
+
 def run_row(session, run):
     rows = session.intercom(action="list").get("workflows") or []
     return next((r for r in rows if r["runId"] == run), None)
@@ -31,12 +48,8 @@ def run_row(session, run):
 @pytest.mark.timeout(120)
 def test_a_dormant_run_holds_sends_for_its_subagent_across_a_kill9(short_tmp):
     broker = start_broker(short_tmp, "--host-lease-s", str(LEASE_S))
-    opened = []
-
-    def connect(name, **kw):
-        session = Client.connect(name, endpoint=broker.endpoint, timeout=15, **kw)
-        opened.append(session)
-        return session
+    sessions = Sessions(broker)
+    connect = sessions.connect
 
     try:
         host = connect("host")
@@ -58,7 +71,7 @@ def test_a_dormant_run_holds_sends_for_its_subagent_across_a_kill9(short_tmp):
         assert peer.intercom(action="ask", to="helper", message="?")["code"] == "run_dormant"
 
         broker.kill()
-        broker = start_broker(short_tmp, "--host-lease-s", str(LEASE_S))
+        broker = sessions.broker = start_broker(short_tmp, "--host-lease-s", str(LEASE_S))
         until(lambda: peer.connected, 15, "the peer back")
         planner = connect("plan", kind="stage", stage=path(run, "plan"),
                           grant=GRANTS[path(run, "plan")], transcript="t-plan")
@@ -69,21 +82,16 @@ def test_a_dormant_run_holds_sends_for_its_subagent_across_a_kill9(short_tmp):
         assert msg is not None and msg["message"] == "while you were away"
         assert helper.receive(timeout=1) is None                   # once only
     finally:
-        for session in opened:
-            session.close()
-        broker.stop()
+        sessions.close()
+        sessions.broker.stop()
 
 
 @pytest.mark.timeout(60)
 def test_a_post_mortem_ask_reaches_the_host_through_receive_and_its_reply_the_asker(short_tmp):
     import threading
     broker = start_broker(short_tmp)
-    opened = []
-
-    def connect(name, **kw):
-        session = Client.connect(name, endpoint=broker.endpoint, timeout=15, **kw)
-        opened.append(session)
-        return session
+    sessions = Sessions(broker)
+    connect = sessions.connect
 
     try:
         host = connect("host")
@@ -107,6 +115,5 @@ def test_a_post_mortem_ask_reaches_the_host_through_receive_and_its_reply_the_as
         asking.join(10)
         assert answers and answers[0]["message"] == "the tests were thin", answers
     finally:
-        for session in opened:
-            session.close()
-        broker.stop()
+        sessions.close()
+        sessions.broker.stop()
