@@ -98,6 +98,9 @@ class Holder:
 
     def __init__(self, db: Path) -> None:
         self.conn = apsw.Connection(str(db))
+        # The broker's own short transactions (its once-a-second read of the brokers'
+        # rows, a lease renewal) may hold the file a moment: wait for them to end.
+        self.conn.set_busy_timeout(5000)
         self.held = False
 
     def hold(self, mode: str = "EXCLUSIVE") -> None:
