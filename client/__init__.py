@@ -1,5 +1,6 @@
 """The Python client of the Intercom bus: ``from client import Client``."""
 
-from .session import Client, ConnectError, Session
+from .connecting import Client
+from .session import ConnectError, Session
 
 __all__ = ["Client", "ConnectError", "Session"]

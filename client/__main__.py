@@ -20,7 +20,8 @@ from schemas.protocol import unpack_frame
 
 from . import keys
 from .keys import CurveKeys
-from .session import Client, ConnectError
+from .connecting import Client
+from .session import ConnectError
 
 
 def format_event(topic: str, event: dict) -> str:

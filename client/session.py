@@ -17,12 +17,11 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
-from schemas.config import Config, load_config
+from schemas.config import Config
 from schemas.errors import BusError, error_reply, error_text
 from schemas.groups import env_group, resolve_home_group
 from schemas.limits import CALL_TIMEOUT_S, PROTOCOL_VERSION
-from schemas.paths import router_endpoint
-from schemas.protocol import SESSION_KINDS, envelope
+from schemas.protocol import envelope
 from schemas.tools import intercom_params_problem
 
 from .protocol import ASK_RESEND_DELAY_S
@@ -31,9 +30,8 @@ from .hosting import HostingMethods
 from .ids import new_message_id
 from .history import IDENTITY, RECEIVED, SENT, History
 from .drafts import Turns
-from .keys import CurveKeys, resolve as resolve_keys
+from .keys import CurveKeys
 from .inbox import DEFAULT_LIMIT_BYTES, Inbox, InboxStatistics, Waitable
-from . import reach
 from .render import render_body
 from .transport import Transport
 
@@ -44,7 +42,6 @@ _SENT_ACTIONS = frozenset({"send", "ask", "reply"})
 _MEMBERSHIP_ACTIONS = frozenset({"join", "leave"})
 _MEMBERSHIP_OPS = frozenset({"register_run"})
 _log = logging.getLogger("intercom.client")
-_reported_config_problems: set[str] = set()
 
 
 # Refusals a reply meets when its ask has not been resent to a restarted broker yet.
@@ -414,104 +411,4 @@ class Session(ConversationMethods, HostingMethods):
         return self._call("status", {"status": status})
 
 
-def endpoint_list(endpoint: str | list[str] | tuple[str, ...]) -> list[str]:
-    """Endpoints to try in turn: a list, or text with commas (``INTERCOM_ENDPOINT``)."""
-    parts = endpoint.split(",") if isinstance(endpoint, str) else list(endpoint)
-    endpoints = [part.strip() for part in parts if part and part.strip()]
-    if not endpoints:
-        raise ValueError("endpoint names no broker")
-    return endpoints
-
-
-class Client:
-    """Entry point: ``Client.connect(name=...)`` returns a connected :class:`Session`."""
-
-    @staticmethod
-    def connect(name: str, endpoint: str | None = None, group: str | None = None,
-                agent: str | None = None, atomic_session_id: str | None = None,
-                kind: str = "interactive", parent: str | Session | None = None, *,
-                session_id: str | None = None, stage: str | None = None,
-                transcript: str | None = None, notify_undeliverable: bool = True,
-                config: Config | None = None, config_path: str | None = None,
-                confirm: Callable[[dict], bool] | None = None,
-                timeout: float = CALL_TIMEOUT_S, grant: str | None = None,
-                identity: dict | None = None,
-                history: Callable[[dict], None] | None = None,
-                history_file: str | os.PathLike | None = None,
-                curve_server_key: str | None = None, curve_public_key: str | None = None,
-                curve_secret_key: str | None = None,
-                inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
-                persistent: bool = True) -> Session:
-        """Open a session and wait for the broker's welcome.
-
-        ``endpoint`` is one broker's ROUTER endpoint or several (a list, or text with
-        commas, as ``INTERCOM_ENDPOINT`` may hold): brokers sharing one database. The
-        session starts on the first that listens and, when that broker goes silent,
-        says hello to the next in turn with its id, reclaim secret and memberships.
-
-        ``session_id`` asks for a previous id back (granted when no live session holds
-        it and, if the broker remembers its last holder, this is the same Atomic
-        session). A workflow stage connects with ``kind="stage"`` and ``stage`` set to
-        its canonical path ``workflow:<runId>/<stage>[/<child>...]``; ``transcript``
-        names its conversation (the same one again means no duplicate pre-start
-        messages). ``grant`` is what the launcher handed over: a stage's grant from
-        ``register_run``/``add_stages``, or a child's from ``grant_child`` (with
-        ``parent``). ``identity`` is an ``intercom_session_identity`` history entry: the
-        session asks for that id back with its reclaim secret (``session.welcome``
-        says ``reclaimed`` and, if not, ``reason``). ``history`` (a callable) and
-        ``history_file`` (JSON lines) receive the history entries (see
-        :mod:`client.history`). ``curve_*`` (z85 text, or the ``INTERCOM_CURVE_*``
-        environment) turn on CURVE. ``inbox_limit_bytes`` bounds what waits for
-        ``receive()`` (see :meth:`Session.inbox_statistics`; 0: no bound): past it the
-        session stops reading from the broker until messages are taken. Raises ConnectError when the broker refuses
-        (``.code``: ``grant_required``, ``invalid_grant``, ``auth_failed``, ...) or does
-        not answer, and ValueError for a bad ``kind`` or incomplete CURVE keys.
-
-        With ``agent``, the session is one conversation of that agent: ``channel`` its
-        channel id (``discord:...``, ``remote:...``; default ``internal:<session id>``),
-        ``persistent`` whether the broker keeps its record after it leaves (see
-        :meth:`Session.respond`, :meth:`Session.invoke`).
-        """
-        if kind not in SESSION_KINDS:
-            raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
-        if config is None:
-            config, problem = load_config(config_path)
-            if problem and problem not in _reported_config_problems:
-                _reported_config_problems.add(problem)     # once per process, not per session
-                _log.error("%s", problem)
-        if isinstance(parent, Session):
-            parent = parent.id
-        token = None
-        if identity is not None:
-            session_id = identity.get("sessionId") or session_id
-            token = identity.get("reclaimSecret")
-            atomic_session_id = atomic_session_id or identity.get("atomicSessionId")
-        curve = resolve_keys(curve_server_key, curve_public_key, curve_secret_key)
-        endpoints = endpoint_list(endpoint or router_endpoint())
-        for one in endpoints:
-            unusable = reach.problem(one)
-            if unusable is not None:
-                raise ConnectError(*unusable)
-        nobody = None
-        for index, one in enumerate(endpoints):
-            nobody = reach.nobody_listens(one, min(reach.GRACE_S, timeout))
-            if nobody is None:   # start with the first broker that listens
-                endpoints = endpoints[index:] + endpoints[:index]
-                break
-        if nobody is not None:
-            raise ConnectError("no_broker", error_text("no_broker", endpoint=",".join(endpoints),
-                                                       detail=nobody))
-        endpoint = endpoints if len(endpoints) > 1 else endpoints[0]
-        session = Session(name=name, endpoint=endpoint, group=group,
-                          agent=agent, atomic_session_id=atomic_session_id, kind=kind,
-                          parent=parent, config=config, session_id=session_id, stage=stage,
-                          transcript=transcript, notify_undeliverable=notify_undeliverable,
-                          confirm=confirm, grant=grant, token=token,
-                          history=History(history, history_file), curve=curve,
-                          inbox_limit_bytes=inbox_limit_bytes, channel=channel,
-                          persistent=persistent)
-        session._wait_welcome(timeout)
-        return session
-
-
-__all__ = ["BusError", "Client", "ConnectError", "Session"]
+__all__ = ["BusError", "ConnectError", "Session"]
