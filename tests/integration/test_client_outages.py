@@ -183,6 +183,17 @@ def test_an_ask_resent_after_a_restart_keeps_its_own_deadline(brokers):
 
 # -- a bounded inbox ----------------------------------------------------------------------
 
+def delivered_of(futures) -> list[int]:
+    """Which of these 10 KB sends were answered delivered. Past the broker's backlog
+    bound (8 MiB unread) the rest are refused target_backlogged, not queued; more
+    than 4 MiB (a call's reserve) got through."""
+    answers = [future.result(30) for future in futures]
+    assert {a["code"] for a in answers if not a["ok"]} <= {"target_backlogged"}
+    delivered = [n for n, a in enumerate(answers) if a["ok"]]
+    assert len(delivered) * 10_000 > 4 << 20
+    return delivered
+
+
 @pytest.mark.timeout(120)
 def test_a_client_that_does_not_read_keeps_its_inbox_bounded_and_loses_nothing(brokers):
     broker = brokers()
@@ -196,12 +207,8 @@ def test_a_client_that_does_not_read_keeps_its_inbox_bounded_and_loses_nothing(b
     bound = limit + MAX_INBOUND_FRAME_BYTES
     futures = [sender.send_nowait("idle", f"{n:04d}{body}") for n in range(count)]
     wait_until(lambda: idle.inbox_statistics().paused, 20, "paused")
-    # Past the broker's backlog bound (8 MiB unread) the rest are refused, not queued:
     # everything answered delivered must arrive, in order.
-    answers = [future.result(30) for future in futures]
-    delivered = [f"{n:04d}" for n, a in enumerate(answers) if a["ok"]]
-    assert {a["code"] for a in answers if not a["ok"]} <= {"target_backlogged"}
-    assert len(delivered) * 10_000 > 4 << 20
+    delivered = [f"{n:04d}" for n in delivered_of(futures)]
     peak = idle.inbox_statistics()
     assert peak.paused and peak.size < bound, peak
     assert peak.messages < count
@@ -240,11 +247,7 @@ def test_a_call_past_the_reserve_fails_inbox_full_at_its_timeout_naming_receive(
     idle = connect(broker, "idle", inbox_limit_bytes=1024)
     sender = connect(broker, "sender")
     futures = [sender.send_nowait("idle", "z" * 10_000) for _ in range(1000)]   # 10 MB
-    # Past the broker's backlog bound (8 MiB unread) the rest are refused, not queued.
-    answers = [future.result(30) for future in futures]
-    delivered = sum(1 for a in answers if a["ok"])
-    assert {a["code"] for a in answers if not a["ok"]} <= {"target_backlogged"}
-    assert delivered * 10_000 > 4 << 20
+    delivered = len(delivered_of(futures))
     wait_until(lambda: idle.inbox_statistics().paused, 20, "paused")
     # Let the call's reserve (4 MiB) fill: what the broker sent ahead of the answer.
     started = time.monotonic()

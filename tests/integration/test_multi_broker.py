@@ -226,15 +226,22 @@ def test_a_killed_brokers_sessions_leave_the_others_within_the_liveness_window(t
     assert not sees(a, "bob") and not sees(c, "bob")
 
 
-def test_an_ask_waiting_on_a_killed_broker_fails_promptly(two):
+def ask_across(two, message: str):
+    """alice on broker 0 asks bob on broker 1; returns (bob, alice's answer, its thread)
+    once bob has the ask."""
     a = two.connect(0, "alice", group="team")
     b = two.connect(1, "bob", group="team")
     linked(two, [a, b], ["alice", "bob"], 1)
     result = {}
     asker = threading.Thread(target=lambda: result.update(
-        a.intercom(action="ask", to="bob", message="still there?")))
+        a.intercom(action="ask", to="bob", message=message)))
     asker.start()
     assert b.receive(5)["expectsReply"]
+    return b, result, asker
+
+
+def test_an_ask_waiting_on_a_killed_broker_fails_promptly(two):
+    _, result, asker = ask_across(two, "still there?")
     started = time.monotonic()
     two.brokers[1].kill()
     asker.join(LIVENESS_S + 5)
@@ -271,14 +278,7 @@ def test_sends_in_flight_to_a_killed_broker_are_each_answered_within_the_livenes
 
 
 def test_an_ask_fails_at_once_when_its_target_closes_on_the_other_broker(two):
-    a = two.connect(0, "alice", group="team")
-    b = two.connect(1, "bob", group="team")
-    linked(two, [a, b], ["alice", "bob"], 1)
-    result = {}
-    asker = threading.Thread(target=lambda: result.update(
-        a.intercom(action="ask", to="bob", message="bye?")))
-    asker.start()
-    assert b.receive(5)["expectsReply"]
+    b, result, asker = ask_across(two, "bye?")
     b.close()
     asker.join(5)
     assert (result.get("ok"), result.get("code")) == (False, "peer_disconnected")
