@@ -9,8 +9,6 @@ schema migration and refusals.
 from __future__ import annotations
 
 import dataclasses
-import time
-from typing import Callable
 
 import apsw
 import pytest
@@ -19,57 +17,14 @@ from hypothesis import strategies as st
 
 from broker.core.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
                                  InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed,
-                                 RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
-                                 SessionReleased, Snapshot, StickyAnswered, StickyDelivery,
-                                 StickyDropped, StickyRow, StickySaved, Store)
+                                 RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
+                                 StickyAnswered, StickyDelivery, StickyDropped, StickyRow,
+                                 StickySaved, Store)
 from broker.memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, MemoryStore
 from broker.store import SCHEMA_VERSION, SchemaError, SqliteStore
 
-NOW = time.time()
-DAY = 86400.0
-
-
-def entry(seq: int, run_id: str = "r1", target: str = "workflow:r1/a", **fields) -> StickySaved:
-    values = dict(seq=seq, run_id=run_id, target=target, sender_id="s-1", sender_name="sender",
-                  message_id=f"m{seq}", message=f"message {seq}", attachments=[], sent_at=NOW,
-                  ack=False, position=1, not_in_known_set=False)
-    values.update(fields)
-    return StickySaved(**values)
-
-
-def identity(session_id: str, at: float, token_hash: str = "hash") -> IdentitySaved:
-    return IdentitySaved(session_id, None, token_hash, f"name of {session_id}", at)
-
-
-def lease(broker_id: str, until: float, started_at: float = NOW) -> LeaseRenewed:
-    return LeaseRenewed(broker_id, 4242, f"ipc:///tmp/{broker_id}.sock", started_at, until)
-
-
-OpenStore = Callable[..., Store]
-
-
-@pytest.fixture(params=["sqlite", "memory"])
-def open_store(request, tmp_path) -> OpenStore:
-    """Opens the store under test (keyword arguments go to its constructor)."""
-    opened: list[Store] = []
-
-    def _open(**kwargs) -> Store:
-        if request.param == "sqlite":
-            store = SqliteStore(tmp_path / f"bus-{len(opened)}.db", **kwargs)
-        else:
-            store = MemoryStore(**kwargs)
-        opened.append(store)
-        return store
-
-    yield _open
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def store(open_store) -> Store:
-    return open_store()
-
+from .store_helpers import (DAY, NOW, conversation, draft_row, entry, identity, job,  # noqa: F401
+                            open_store, store)
 
 # -- identities --------------------------------------------------------------------------
 
@@ -204,127 +159,6 @@ def test_changing_a_payload_after_apply_changes_nothing_stored(store):
     snapshot = store.load()
     assert snapshot.runs == [RunSaved("r1", {"stages": []})]
     assert snapshot.sticky[0].entry.attachments == ["one"]
-
-
-# -- leases ------------------------------------------------------------------------------
-
-def test_live_brokers_counts_unexpired_leases_and_leaves_out_the_excluded_one(store):
-    store.apply([lease("me", NOW + 30), lease("other", NOW + 30), lease("dead", NOW - 1)])
-    assert store.live_brokers(NOW) == 2
-    assert store.live_brokers(NOW, exclude="me") == 1
-
-
-def test_a_renewed_lease_counts_until_its_new_expiry(store):
-    store.apply([lease("b1", NOW + 10)])
-    store.apply([lease("b1", NOW + 60, started_at=NOW + 50)])
-    assert store.live_brokers(NOW + 30) == 1
-
-
-def test_a_lease_on_an_endpoint_replaces_a_dead_predecessors_row_there(store):
-    store.apply([LeaseRenewed("old", 1, "ipc:///tmp/b.sock", NOW - 60, NOW + 30)])
-    store.apply([LeaseRenewed("new", 2, "ipc:///tmp/b.sock", NOW, NOW + 30)])
-    assert [row.broker_id for row in store.brokers(NOW)] == ["new"]
-    assert store.live_brokers(NOW, exclude="new") == 0
-
-
-def test_brokers_lists_the_live_rows_oldest_start_first(store):
-    store.apply([lease("b2", NOW + 30, started_at=NOW + 1), lease("b1", NOW + 30),
-                 lease("dead", NOW - 1)])
-    assert [(row.broker_id, row.endpoint) for row in store.brokers(NOW, exclude="me")] == \
-        [("b1", "ipc:///tmp/b1.sock"), ("b2", "ipc:///tmp/b2.sock")]
-
-
-def test_a_released_lease_is_no_longer_counted(store):
-    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30)])
-    store.apply([LeaseReleased("b1")])
-    assert store.live_brokers(NOW, exclude="b2") == 0
-
-
-# -- agents' conversations, invoke jobs, response recovery --------------------------------
-
-def job(job_id: str, channel: str = "internal:b", **fields) -> InvocationSaved:
-    values = dict(id=job_id, agent="lys", channel=channel, from_channel="internal:a",
-                  reason="check in", created_at=NOW, request=f"s/{job_id}")
-    values.update(fields)
-    return InvocationSaved(**values)
-
-
-def conversation(channel: str, agent: str = "lys", at: float | None = NOW) -> ConversationSaved:
-    return ConversationSaved(agent, channel, channel.startswith("remote:"), at, "s-1")
-
-
-def draft_row(channel: str = "internal:b", turn: str = "t1", outcome: str = "pending") -> RecoverySaved:
-    drafts = [{"id": "d1", "text": "the answer", "completion": "complete", "outcome": "pending"}]
-    return RecoverySaved("lys", channel, turn, drafts, outcome, NOW)
-
-
-def test_a_conversation_saved_again_keeps_its_place_with_the_latest_activity(store):
-    store.apply([conversation("internal:a"), conversation("remote:x"),
-                 conversation("internal:a", at=NOW + 5)])
-    assert store.load().conversations == [conversation("internal:a", at=NOW + 5),
-                                          conversation("remote:x")]
-
-
-def test_unfinished_jobs_load_with_their_state_and_finished_ones_do_not(store):
-    store.apply([job("j1"), job("j2"), job("j3"), InvocationState("j2", "started", NOW),
-                 InvocationState("j3", "done", NOW), InvocationState("nope", "failed", NOW)])
-    assert store.load().invocations == [job("j1"), job("j2", state="started")]
-
-
-def test_a_job_id_stored_twice_fails_the_batch(store):
-    store.apply([job("j1")])
-    with pytest.raises(Exception):
-        store.apply([job("j2"), job("j1")])
-    assert [saved.id for saved in store.load().invocations] == ["j1"]
-
-
-def test_a_recovery_row_is_replaced_by_the_next_turn_and_reset_deletes_it(store):
-    store.apply([draft_row(turn="t1"), draft_row(turn="t2", outcome="failed")])
-    assert store.load().recoveries == [draft_row(turn="t2", outcome="failed")]
-    store.apply([RecoveryDeleted("lys", "internal:b")])
-    assert store.load().recoveries == []
-
-
-def test_deleting_a_conversation_takes_its_recovery_row_and_queued_jobs_only(store):
-    store.apply([conversation("internal:b"), conversation("internal:c"), draft_row(),
-                 draft_row("internal:c"), job("j1"), job("j2"), job("j3", "internal:c"),
-                 InvocationState("j2", "started", NOW)])
-    store.apply([ConversationDeleted("lys", "internal:b")])
-    snapshot = store.load()
-    assert snapshot.conversations == [conversation("internal:c")]
-    assert snapshot.recoveries == [draft_row("internal:c")]
-    assert [saved.id for saved in snapshot.invocations] == ["j2", "j3"]
-
-
-# -- session claims ----------------------------------------------------------------------
-
-def test_an_id_held_by_a_live_broker_is_refused_to_another_and_the_rest_of_the_batch_kept(store):
-    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), SessionClaimed("x", "b1", NOW)])
-    refused = store.apply([SessionClaimed("x", "b2", NOW), RunSaved("r1", {})])
-    assert (refused, store.claims(), store.load().runs) == (
-        [SessionClaimed("x", "b2", NOW)], {"x": "b1"}, [RunSaved("r1", {})])
-
-
-def test_an_id_is_claimed_from_a_broker_whose_lease_ended_or_that_the_claimant_saw_die(store):
-    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 300), lease("b3", NOW + 300),
-                 SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b2", NOW)])
-    assert store.apply([SessionClaimed("x", "b3", NOW + 60),
-                        SessionClaimed("y", "b3", NOW, gone=["b2"])]) == []
-    assert store.claims() == {"x": "b3", "y": "b3"}
-
-
-def test_a_release_frees_only_the_releasing_brokers_claim(store):
-    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), SessionClaimed("x", "b1", NOW)])
-    store.apply([SessionReleased("x", "b2")])
-    assert store.claims() == {"x": "b1"}
-    store.apply([SessionReleased("x", "b1")])
-    assert store.apply([SessionClaimed("x", "b2", NOW)]) == [] and store.claims() == {"x": "b2"}
-
-
-def test_a_lease_renewal_forgets_the_claims_of_brokers_without_a_row(store):
-    store.apply([lease("b1", NOW + 30), SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b9", NOW)])
-    store.apply([lease("b1", NOW + 60)])
-    assert store.claims() == {"x": "b1"}
 
 
 # -- both stores, random histories -------------------------------------------------------

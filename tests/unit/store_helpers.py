@@ -1,0 +1,75 @@
+"""Records and fixtures the store contract tests share: every test that takes
+``store`` or ``open_store`` runs against both SqliteStore and MemoryStore."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import pytest
+
+from broker.core.records import (ConversationSaved, IdentitySaved, InvocationSaved, LeaseRenewed,
+                                 RecoverySaved, StickySaved, Store)
+from broker.memory_store import MemoryStore
+from broker.store import SqliteStore
+
+NOW = time.time()
+DAY = 86400.0
+
+
+def entry(seq: int, run_id: str = "r1", target: str = "workflow:r1/a", **fields) -> StickySaved:
+    values = dict(seq=seq, run_id=run_id, target=target, sender_id="s-1", sender_name="sender",
+                  message_id=f"m{seq}", message=f"message {seq}", attachments=[], sent_at=NOW,
+                  ack=False, position=1, not_in_known_set=False)
+    values.update(fields)
+    return StickySaved(**values)
+
+
+def identity(session_id: str, at: float, token_hash: str = "hash") -> IdentitySaved:
+    return IdentitySaved(session_id, None, token_hash, f"name of {session_id}", at)
+
+
+def lease(broker_id: str, until: float, started_at: float = NOW) -> LeaseRenewed:
+    return LeaseRenewed(broker_id, 4242, f"ipc:///tmp/{broker_id}.sock", started_at, until)
+
+
+OpenStore = Callable[..., Store]
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def open_store(request, tmp_path) -> OpenStore:
+    """Opens the store under test (keyword arguments go to its constructor)."""
+    opened: list[Store] = []
+
+    def _open(**kwargs) -> Store:
+        if request.param == "sqlite":
+            store = SqliteStore(tmp_path / f"bus-{len(opened)}.db", **kwargs)
+        else:
+            store = MemoryStore(**kwargs)
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(open_store) -> Store:
+    return open_store()
+
+
+def job(job_id: str, channel: str = "internal:b", **fields) -> InvocationSaved:
+    values = dict(id=job_id, agent="lys", channel=channel, from_channel="internal:a",
+                  reason="check in", created_at=NOW, request=f"s/{job_id}")
+    values.update(fields)
+    return InvocationSaved(**values)
+
+
+def conversation(channel: str, agent: str = "lys", at: float | None = NOW) -> ConversationSaved:
+    return ConversationSaved(agent, channel, channel.startswith("remote:"), at, "s-1")
+
+
+def draft_row(channel: str = "internal:b", turn: str = "t1", outcome: str = "pending") -> RecoverySaved:
+    drafts = [{"id": "d1", "text": "the answer", "completion": "complete", "outcome": "pending"}]
+    return RecoverySaved("lys", channel, turn, drafts, outcome, NOW)
