@@ -129,7 +129,7 @@ def _unclaim(tables: _Tables, record: SessionReleased) -> None:
 
 
 def _run(tables: _Tables, record: RunSaved) -> None:
-    tables.runs[record.run_id] = RunSaved(record.run_id, copy_payload(record.record))
+    tables.runs[record.run_id] = RunSaved(record.run_id, copy_payload(record.record), record.owner)
 
 
 def _run_end(tables: _Tables, record: RunEnded) -> None:
@@ -245,7 +245,7 @@ class MemoryStore:
         """Who holds each claimed id (for tests)."""
         return dict(self._tables.claims)
 
-    def load(self) -> Snapshot:
+    def load(self, owner: str | None = None, gone: Sequence[str] = ()) -> Snapshot:
         self._check_open()
         tables = self._tables
         cutoff = time.time() - IDENTITY_KEEP_S
@@ -257,18 +257,48 @@ class MemoryStore:
         for job_id in [i for i, (job, at) in tables.invocations.items()
                        if job.state not in UNFINISHED and at < finished_cutoff]:
             del tables.invocations[job_id]
+        owners: dict[str, str] = {}
+        if owner is None:
+            run_ids = set(tables.runs) | {e.run_id for e in tables.sticky.values()}
+        else:
+            live = {lease.broker_id for lease in tables.leases.values()
+                    if lease.until > time.time() and lease.broker_id not in gone}
+            run_ids = set()
+            for run in list(tables.runs.values()):
+                if run.owner == owner or run.owner not in live:
+                    tables.runs[run.run_id] = dataclasses.replace(run, owner=owner)
+                    run_ids.add(run.run_id)
+                else:
+                    owners[run.run_id] = run.owner
+        runs, sticky, deliveries = self._runs(run_ids)
         return Snapshot(
-            identities=recent,
-            runs=[RunSaved(r.run_id, copy_payload(r.record)) for r in tables.runs.values()],
-            sticky=[StickyRow(dataclasses.replace(e, attachments=copy_payload(e.attachments)),
-                              list(tables.answered.get(seq, [])))
-                    for seq, e in sorted(tables.sticky.items())],
-            deliveries=list(tables.deliveries.values()),
+            identities=recent, runs=runs, sticky=sticky, deliveries=deliveries, owners=owners,
             conversations=list(tables.conversations.values()),
             invocations=[job for job, _ in tables.invocations.values() if job.state in UNFINISHED],
             recoveries=[dataclasses.replace(r, drafts=copy_payload(r.drafts))
                         for r in tables.recoveries.values()],
             grant_key=self._grant_key)
+
+    def adopt_runs(self, dead: str, owner: str) -> Snapshot:
+        self._check_open()
+        tables = self._tables
+        run_ids = {run.run_id for run in tables.runs.values() if run.owner == dead}
+        for run_id in run_ids:
+            tables.runs[run_id] = dataclasses.replace(tables.runs[run_id], owner=owner)
+        runs, sticky, deliveries = self._runs(run_ids)
+        return Snapshot(runs=runs, sticky=sticky, deliveries=deliveries)
+
+    def _runs(self, run_ids: set[str]) -> tuple[list, list, list]:
+        """Copies of the runs ``run_ids``, their sticky entries and delivery states."""
+        tables = self._tables
+        runs = [RunSaved(r.run_id, copy_payload(r.record), r.owner)
+                for r in tables.runs.values() if r.run_id in run_ids]
+        sticky = [StickyRow(dataclasses.replace(e, attachments=copy_payload(e.attachments)),
+                            list(tables.answered.get(seq, [])))
+                  for seq, e in sorted(tables.sticky.items()) if e.run_id in run_ids]
+        seqs = {row.entry.seq for row in sticky}
+        deliveries = [d for d in tables.deliveries.values() if d.seq in seqs]
+        return runs, sticky, deliveries
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         self._check_open()

@@ -14,6 +14,8 @@ The API the IO shell uses (every call from the shell's own thread)::
         report.get("refused", [])                       # tickets of claims refused
         report["brokers"]                               # list of lease rows | None
     worker.submit([(None, READ_BROKERS)])               # ask for the rows alone
+    worker.submit([(None, AdoptRuns(dead_broker_id))])  # take a dead broker's runs
+    for dead, snapshot in worker.adopted(): ...         # Snapshot, or None if it failed
     worker.stop(release=LeaseReleased(broker_id))       # safe to call twice
 
 Theory of operation. ``submit`` appends the batch to an inbox deque and sends a 1-byte
@@ -36,6 +38,11 @@ once the file is usable again. A retry that fails for a reason of the records
 themselves drops them (they would fail every batch after). At most
 :data:`RETAIN_LIMIT` records are retained (the oldest go first, counted as lost), and
 a lease renewal replaces the renewal retained before it.
+
+An ``AdoptRuns`` item (a command, not a record) asks the store for a dead broker's
+runs after the batch's records are written (:meth:`Store.adopt_runs`); the snapshot
+it returns crosses back by reference through a deque, like batches do, and is in it
+before the report covering its batch is sent.
 
 Threading invariants:
 
@@ -70,7 +77,8 @@ from typing import Any
 import msgpack
 import zmq
 
-from .core.records import LeaseRenewed, Record, Store
+from .core.commands import AdoptRuns
+from .core.records import LeaseRenewed, Record, Snapshot, Store
 from .store import failure_code
 
 _WAKE = b"\x01"
@@ -99,6 +107,7 @@ class PersistenceWorker:
         self.records = 0                   # records in them
         self._ctx = ctx
         self._inbox: collections.deque[Batch | None] = collections.deque()
+        self._adopted: collections.deque[tuple[str, Snapshot | None]] = collections.deque()
         self._retained: list[Record] = []  # unwaited records the store could not take yet
         self._lost = 0                     # retained records dropped since the last report
         # A fresh name: several brokers (tests) may share one context.
@@ -134,6 +143,14 @@ class PersistenceWorker:
             report = msgpack.unpackb(sock.recv(_NOBLOCK), raw=False)
             self.owes -= report.pop("batches")
             found.append(report)
+        return found
+
+    def adopted(self) -> list[tuple[str, Snapshot | None]]:
+        """Answers to ``AdoptRuns`` items, oldest first: (dead broker id, its runs as
+        now owned here, or None when the store failed)."""
+        found = []
+        while self._adopted:
+            found.append(self._adopted.popleft())
         return found
 
     def stop(self, release: Record | None = None, timeout: float = 10) -> bool:
@@ -223,6 +240,9 @@ class PersistenceWorker:
 
     def _commit(self, items: Batch) -> dict[str, Any]:
         tickets = [ticket for ticket, _ in items if ticket is not None]
+        adoptions = [item.broker_id for _, item in items if type(item) is AdoptRuns]
+        if adoptions:
+            items = [(ticket, item) for ticket, item in items if type(item) is not AdoptRuns]
         records = [record for _, record in items if record is not READ_BROKERS]
         wants_brokers = len(records) < len(items) or \
             any(type(record) is LeaseRenewed for record in records)
@@ -238,6 +258,7 @@ class PersistenceWorker:
             if code == UNAVAILABLE:
                 self._retain([record for ticket, record in items
                               if ticket is None and record is not READ_BROKERS])
+            self._adopted.extend((dead, None) for dead in adoptions)   # asked again later
             return self._report([], tickets, repr(error), code)
         if records:
             self.commits += 1
@@ -248,6 +269,12 @@ class PersistenceWorker:
             ids = {id(record) for record in refused}
             report["refused"] = [t for t, record in items if t is not None and id(record) in ids]
             report["done"] = [t for t in tickets if t not in report["refused"]]
+        for dead in adoptions:
+            try:
+                self._adopted.append((dead, self.store.adopt_runs(dead, self.broker_id)))
+            except Exception as exc:  # asked again by the core
+                self._adopted.append((dead, None))
+                report["error"] = f"adopting the runs of broker {dead}: {exc!r}"
         if wants_brokers:
             try:
                 report["brokers"] = [

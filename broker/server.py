@@ -28,7 +28,7 @@ from schemas.limits import LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
-from .core.commands import LinkClose, LinkOpen, LinkSend
+from .core.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend
 from .core.records import LeaseReleased, LeaseRenewed, Snapshot
 from .curve import CurveError, CurveServer, exposed
 from .logs import get_logger
@@ -165,7 +165,8 @@ class Broker:
         """Open the database and read it, before any socket is bound: a file that is
         locked, read-only, corrupt or truncated stops the start with one line."""
         try:
-            self.store, snapshot = open_store(self.settings.db_path, self.settings.synchronous)
+            self.store, snapshot = open_store(self.settings.db_path, self.settings.synchronous,
+                                                owner=self.broker_id, endpoint=self.settings.endpoint)
         except StoreOpenError as exc:
             raise StartupError(str(exc)) from None
         return snapshot
@@ -367,6 +368,8 @@ class Broker:
                                lost=report["lost"])
             if report["brokers"] is not None:
                 commands.extend(engine.brokers_read(report["brokers"], now, wall))
+            for dead, snapshot in self.worker.adopted():
+                commands.extend(engine.runs_adopted(dead, snapshot, now, wall))
             for ticket in report["done"]:
                 commands.extend(engine.persisted(ticket, now, wall))
             for ticket in report.get("refused", ()):
@@ -401,6 +404,8 @@ class Broker:
                 self.pub.send(encode(command.env))
             elif kind is Persist:
                 writes.append((command.ticket, command.record))
+            elif kind is AdoptRuns:
+                writes.append((None, command))
             else:
                 self._link(command, encode)
         router = self.router

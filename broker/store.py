@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import secrets
 import time
 from pathlib import Path
@@ -102,8 +103,13 @@ def _open_problem(path: str, exc: BaseException) -> str:
     return f"cannot use database {path} ({exc!r}); {other}"
 
 
-def open_store(path: str | Path, synchronous: str = "FULL") -> tuple["SqliteStore", Snapshot]:
+def open_store(path: str | Path, synchronous: str = "FULL", owner: str | None = None,
+               endpoint: str = "") -> tuple["SqliteStore", Snapshot]:
     """Open the file at ``path`` and read everything it keeps: the store and its snapshot.
+
+    ``owner``: the starting broker's id, which takes the runs no live broker owns (see
+    :meth:`SqliteStore.load`); a lease row of its predecessor on ``endpoint`` whose
+    process is gone does not count as live.
 
     Raises StoreOpenError (one line, see :func:`_open_problem`) for a file that is
     locked, read-only, corrupt, truncated or from a newer broker; the file is closed
@@ -113,10 +119,24 @@ def open_store(path: str | Path, synchronous: str = "FULL") -> tuple["SqliteStor
     except (apsw.Error, SchemaError) as exc:
         raise StoreOpenError(_open_problem(str(path), exc)) from None
     try:
-        return store, store.load()
+        if owner is None:
+            return store, store.load()
+        gone = [row.broker_id for row in store.brokers(time.time())
+                if row.endpoint == endpoint and not _process_alive(row.pid)]
+        return store, store.load(owner, gone)
     except (apsw.Error, msgpack.UnpackException, ValueError, TypeError) as exc:
         store.close()
         raise StoreOpenError(_open_problem(str(path), exc)) from None
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:          # another user's process: alive
+        return True
+    return True
 
 
 def _pack(value: Any) -> bytes:
@@ -243,18 +263,28 @@ class SqliteStore:
             return [record for record in records
                     if writer_for(record, self._writers)(record) is False]
 
-    def load(self) -> Snapshot:
-        """The committed state, oldest first; forgets identities past the keep window."""
+    def load(self, owner: str | None = None, gone: Sequence[str] = ()) -> Snapshot:
+        """The committed state, oldest first; forgets identities past the keep window.
+
+        ``owner`` (a broker id) takes the runs no live broker owns (``gone``: brokers
+        whose lease row is live but which are known dead) and loads only those; the
+        others are named in ``owners``. Without ``owner``, every run."""
         conn = self.conn
         with conn:   # one transaction: a consistent picture while other brokers write
             conn.execute(sql._PRUNE_IDENTITIES, {"cutoff": time.time() - IDENTITY_KEEP_S})
             identities = [IdentitySaved(**row) for row in
                           _rows(conn, sql._SELECT_IDENTITIES, {"limit": max(self.identity_limit, 0)})]
             identities.reverse()
-            runs = [RunSaved(row["run_id"], _unpack(row["record"]))
-                    for row in _rows(conn, sql._SELECT_RUNS)]
-            sticky = [_sticky_row(row) for row in _rows(conn, sql._SELECT_STICKY)]
-            deliveries = [StickyDelivery(**row) for row in _rows(conn, sql._SELECT_DELIVERIES)]
+            if owner is None:
+                run_ids = [row["run_id"] for row in
+                           _rows(conn, "SELECT run_id FROM runs UNION SELECT run_id FROM sticky")]
+                owners = {}
+            else:
+                run_ids = [row["run_id"] for row in _rows(conn, sql._TAKE_RUNS, {
+                    "owner": owner, "now": time.time(), "gone": json.dumps(list(gone))})]
+                owners = {row["run_id"]: row["owner"]
+                          for row in _rows(conn, sql._RUN_OWNERS, {"owner": owner})}
+            runs, sticky, deliveries = self._runs(run_ids)
             conversations = [ConversationSaved(**{**row, "remote": bool(row["remote"])})
                              for row in _rows(conn, sql._SELECT_CONVERSATIONS)]
             conn.execute(sql._PRUNE_INVOCATIONS, {"cutoff": time.time() - FINISHED_KEEP_S})
@@ -266,7 +296,27 @@ class SqliteStore:
             (key,) = (row["value"] for row in _rows(conn, "SELECT value FROM meta WHERE key = 'grant_key'"))
         return Snapshot(identities=identities, runs=runs, sticky=sticky, deliveries=deliveries,
                         conversations=conversations, invocations=invocations,
-                        recoveries=recoveries, grant_key=bytes.fromhex(key))
+                        recoveries=recoveries, grant_key=bytes.fromhex(key), owners=owners)
+
+    def adopt_runs(self, dead: str, owner: str) -> Snapshot:
+        """The runs of broker ``dead`` become ``owner``'s: each to exactly one adopter
+        store-wide. Returns them (runs, sticky entries, delivery states)."""
+        with self.conn:
+            run_ids = [row["run_id"] for row in
+                       _rows(self.conn, sql._ADOPT_RUNS, {"dead": dead, "owner": owner})]
+            runs, sticky, deliveries = self._runs(run_ids)
+        return Snapshot(runs=runs, sticky=sticky, deliveries=deliveries)
+
+    def _runs(self, run_ids: list[str]) -> tuple[list, list, list]:
+        if not run_ids:
+            return [], [], []
+        param = {"runs": json.dumps(run_ids)}
+        conn = self.conn
+        runs = [RunSaved(row["run_id"], _unpack(row["record"]), row["owner"])
+                for row in _rows(conn, sql._SELECT_RUNS, param)]
+        sticky = [_sticky_row(row) for row in _rows(conn, sql._SELECT_STICKY, param)]
+        deliveries = [StickyDelivery(**row) for row in _rows(conn, sql._SELECT_DELIVERIES, param)]
+        return runs, sticky, deliveries
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         (row,) = _rows(self.conn, sql._COUNT_LIVE, {"now": now, "exclude": exclude})

@@ -6,7 +6,7 @@ migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
 Parameters are named after the fields of the records they write.
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS brokers (
 );
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
-    record BLOB NOT NULL               -- msgpack of the run tree (broker.core.runs)
+    record BLOB NOT NULL,              -- msgpack of the run tree (broker.core.runs)
+    owner TEXT NOT NULL DEFAULT ''     -- the broker that owns it; '' for none yet
 );
 CREATE TABLE IF NOT EXISTS sticky (
     seq INTEGER PRIMARY KEY,
@@ -119,6 +120,8 @@ WHERE sticky.seq = ranked.seq;
     # both, idempotently, so either upgrades to v4.
     2: _AGENT_TABLES + _CLAIMS_TABLE,
     3: _AGENT_TABLES + _CLAIMS_TABLE,
+    # Runs belong to a broker (broker.core.ownership); an old run has no owner yet.
+    4: "ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '';",
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -151,9 +154,21 @@ WHERE session_claims.broker_id = excluded.broker_id
 _CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
 _UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
 _UPSERT_RUN = """
-INSERT INTO runs (run_id, record) VALUES (:run_id, :record)
-ON CONFLICT (run_id) DO UPDATE SET record = excluded.record
+INSERT INTO runs (run_id, record, owner) VALUES (:run_id, :record, :owner)
+ON CONFLICT (run_id) DO UPDATE SET record = excluded.record, owner = excluded.owner
 """
+# At start: a broker takes the runs nobody live owns (its own, a dead broker's, none's).
+# ``gone``: brokers whose lease row is still live but which are known dead.
+_TAKE_RUNS = """
+UPDATE runs SET owner = :owner
+WHERE owner = :owner OR owner NOT IN (
+    SELECT broker_id FROM brokers WHERE lease_until > :now
+    AND broker_id NOT IN (SELECT value FROM json_each(:gone)))
+RETURNING run_id
+"""
+# One store step, so two brokers adopting one dead broker's runs get each run once.
+_ADOPT_RUNS = "UPDATE runs SET owner = :owner WHERE owner = :dead RETURNING run_id"
+_RUN_OWNERS = "SELECT run_id, owner FROM runs WHERE owner != :owner"
 _DELETE_RUN = """
 DELETE FROM sticky_delivery WHERE seq IN (SELECT seq FROM sticky WHERE run_id = :run_id);
 DELETE FROM sticky WHERE run_id = :run_id;
@@ -211,13 +226,21 @@ _SELECT_IDENTITIES = """
 SELECT session_id, atomic_session_id, token_hash, name, updated_at AS at
 FROM session_identity ORDER BY updated_at DESC, session_id DESC LIMIT :limit
 """
-_SELECT_RUNS = "SELECT run_id, record FROM runs ORDER BY rowid"
+# The runs named in :runs (a JSON list) with their sticky entries and delivery states.
+_SELECT_RUNS = """
+SELECT run_id, record, owner FROM runs WHERE run_id IN (SELECT value FROM json_each(:runs))
+ORDER BY rowid
+"""
 _SELECT_STICKY = """
 SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments,
        sent_at, ack, position, not_in_known_set, delivered_to
-FROM sticky ORDER BY seq
+FROM sticky WHERE run_id IN (SELECT value FROM json_each(:runs)) ORDER BY seq
 """
-_SELECT_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
+_SELECT_DELIVERIES = """
+SELECT seq, stage, transcript, state, at FROM sticky_delivery
+WHERE seq IN (SELECT seq FROM sticky WHERE run_id IN (SELECT value FROM json_each(:runs)))
+ORDER BY rowid
+"""
 _SELECT_CONVERSATIONS = """
 SELECT agent, channel, remote, last_active_at, session_id FROM conversations ORDER BY rowid
 """

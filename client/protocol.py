@@ -48,7 +48,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from schemas.errors import BusError
+from schemas.errors import REDIRECTS, BusError
 from schemas.limits import (HEARTBEAT_S, LIVENESS_S, MAX_BACKLOG_BYTES, MAX_FRAME_BYTES,
                             MAX_INBOUND_FRAME_BYTES)
 from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
@@ -60,6 +60,11 @@ DEFAULT_REPORT_BYTES = MAX_BACKLOG_BYTES // 8   # until a welcome tells the brok
 # A live peer says hello to a restarted broker within a heartbeat (answered
 # not_connected) and a reconnect interval (at most 1 s): twice that, and a little.
 ASK_RESEND_DELAY_S = 2 * HEARTBEAT_S + 0.5
+# A hello refused with one of these and an ``endpoint`` is said again there: the broker
+# holding the stage's workflow run, or this one once it has taken over the run.
+REDIRECT_CODES = REDIRECTS
+REDIRECT_DELAY_S = 0.2       # before a hello to the same broker again (run_moving)
+MAX_REDIRECTS = 8            # in a row without a welcome: then the refusal stands
 
 
 class Owed(Protocol):
@@ -127,6 +132,11 @@ class ClientProtocol:
         self._last_sent = 0.0
         self._hello_due = True
         self._hello_id: str | None = None     # the hello out; its answer is the welcome
+        # Where the broker sent this session's hello (the driver moves the socket and
+        # clears it); hellos redirected since the last welcome; a hello held until then.
+        self.redirect: str | None = None
+        self._redirects = 0
+        self._hello_at: float | None = None
         self._heartbeat_due = False
         # Bytes read since the hello, and as last told: the broker bounds what this
         # session may leave unread (its backlog), so reads are reported as they go.
@@ -241,6 +251,9 @@ class ClientProtocol:
         and says hello again."""
         if now - self._last_sent >= HEARTBEAT_S:
             self._heartbeat_due = True
+        if self._hello_at is not None and now >= self._hello_at:
+            self._hello_at = None
+            self._hello_due = True
         if now - self.last_heard > LIVENESS_S and not self.reading_paused:
             self._step(Input.SILENCE, now)
         if self._deferred and now >= self._deferred_at and self.state is State.CONNECTED:
@@ -259,6 +272,7 @@ class ClientProtocol:
         already sent went to the old one, so a new one is due."""
         if self.state is State.GREETING:
             self._hello_due = True
+            self._hello_at = None
 
     def resync(self) -> None:
         """Say hello again (socket side, on a welcome): the session's memberships
@@ -318,12 +332,16 @@ class ClientProtocol:
         re = env.get("re")
         if re is not None and re == self._hello_id:
             self._hello_id = None
+            if self._redirected(env):
+                return
             self._end_inbound()
             self._ready.append(Welcome({k: v for k, v in env.items()
                                         if k not in ("v", "k", "re")}))
             bound = env.get("backlogBytes")
             if bound.__class__ is int and bound > 0:
                 self._report_every = max(1, bound // 8)
+            if env.get("ok"):
+                self._redirects = 0
             self._step(Input.WELCOME if env.get("ok") else Input.REFUSAL, self.last_heard)
         elif env.get("code") == "not_connected":
             self._step(Input.NOT_CONNECTED, self.last_heard)
@@ -334,6 +352,18 @@ class ClientProtocol:
                 del env["k"]
                 del env["re"]
                 self._answers.append((owed, env))
+
+    def _redirected(self, env: dict) -> bool:
+        """A hello refused with a redirect (see REDIRECT_CODES): due again, at the
+        endpoint named (the driver moves there), after a pause if it is this broker."""
+        endpoint = env.get("endpoint")
+        if env.get("ok") or env.get("code") not in REDIRECT_CODES or \
+                endpoint.__class__ is not str or self._redirects >= MAX_REDIRECTS:
+            return False
+        self._redirects += 1
+        self.redirect = endpoint
+        self._hello_at = self.last_heard + REDIRECT_DELAY_S
+        return True
 
     def _on_acks(self, env: dict) -> None:
         ids = env.get("ids")

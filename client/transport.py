@@ -317,14 +317,27 @@ class Transport:
             return
         if now - self._greeting_since < FAILOVER_S:
             return
+        self._move(self.endpoints[(self.endpoints.index(self.endpoint) + 1) % len(self.endpoints)])
         self._greeting_since = now
-        old = self.endpoint
-        self.endpoint = self.endpoints[(self.endpoints.index(old) + 1) % len(self.endpoints)]
+
+    def _follow_redirect(self) -> None:
+        """Holding ``_io_lock``: the broker sent the hello elsewhere (a stage's run is
+        held by another broker): the socket moves there, or says hello again here."""
+        target, self._protocol.redirect = self._protocol.redirect, None
+        if target == self.endpoint:
+            return                      # the same broker: the hello is due after a pause
+        if target not in self.endpoints:
+            self.endpoints.append(target)
+        self._move(target)
+
+    def _move(self, target: str) -> None:
+        old, self.endpoint = self.endpoint, target
         try:
             self._sock.disconnect(old)
         except zmq.ZMQError:
             pass
-        self._sock.connect(self.endpoint)
+        self._sock.connect(target)
+        self._greeting_since = None
         self._protocol.redial()
 
     def _io_watch(self, on: bool) -> None:
@@ -340,6 +353,8 @@ class Transport:
             if wants_to_send():
                 self._flush()
             self._drain()
+            if self._protocol.redirect is not None:
+                self._follow_redirect()
             if not wants_to_send():
                 return
 

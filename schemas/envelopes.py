@@ -25,7 +25,7 @@ def result(re: str | None, fields: dict[str, Any] | None = None) -> dict[str, An
 
 def error_result(re: str | None, error: BusError) -> dict[str, Any]:
     """The one place a refusal becomes an envelope."""
-    return {"v": _V, "k": "result", "re": re, "ok": False, "code": error.code, "error": error.text}
+    return {"v": _V, "k": "result", "re": re, **error.reply()}
 
 
 def msg(msg_id: str, sender_id: str, sender_name: str, message: str, attachments: list,
@@ -85,9 +85,14 @@ def invocation(job_id: str, agent: str, from_session: str, reason: str) -> dict[
 
 # -- between brokers (see schemas.kinds.LINK_KINDS) --------------------------------------
 
-def link(broker_id: str, proof: str, endpoint: str, until: float, rows: list[dict]) -> dict[str, Any]:
+def link(broker_id: str, proof: str, endpoint: str, until: float, rows: list[dict],
+         runs: list[str]) -> dict[str, Any]:
     return {"v": _V, "k": "link", "broker": broker_id, "proof": proof, "endpoint": endpoint,
-            "until": until, "sessions": rows}
+            "until": until, "sessions": rows, "runs": runs}
+
+
+def link_runs(owned: list[str], dropped: list[str]) -> dict[str, Any]:
+    return {"v": _V, "k": "link_runs", "owned": owned, "dropped": dropped}
 
 
 def link_presence(rows: list[dict], gone: list[str]) -> dict[str, Any]:

@@ -145,6 +145,10 @@ _TABLE = [
               "context it needs"),
     ErrorSpec("run_taken_over", "state", "Workflow run {run_id!r} was taken over by {name} "
               "({id}); its subagents answer through that session now"),
+    ErrorSpec("run_elsewhere", "state", "Workflow run {run_id!r} is held by the broker at "
+              "{endpoint}; connect there (the client does so by itself)"),
+    ErrorSpec("run_moving", "state", "Workflow run {run_id!r} is being taken over from a "
+              "broker that stopped; try again in a moment"),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
     # respond's drafts (checked by the client; see client.drafts)
     ErrorSpec("unknown_draft", "state", "No draft {draft!r} was recorded in this conversation; "
@@ -171,6 +175,8 @@ _TABLE = [
 ]
 
 ERRORS: dict[str, ErrorSpec] = {spec.code: spec for spec in _TABLE}
+# Refusals that tell the client where to go: their ``endpoint`` is on the wire too.
+REDIRECTS = frozenset({"run_elsewhere", "run_moving"})
 
 
 class BusError(Exception):
@@ -186,7 +192,10 @@ class BusError(Exception):
         return self.args[0]
 
     def reply(self) -> dict[str, Any]:
-        return {"ok": False, "code": self.code, "error": self.text}
+        answer = {"ok": False, "code": self.code, "error": self.text}
+        if self.code in REDIRECTS and isinstance(self.fields.get("endpoint"), str):
+            answer["endpoint"] = self.fields["endpoint"]
+        return answer
 
 
 def error_text(code: str, **fields: Any) -> str:

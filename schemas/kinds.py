@@ -214,6 +214,7 @@ BROKER_KINDS: tuple[Kind, ...] = (
         _f("ok", bool, "success", required=True),
         _f("code", str, "error code (schemas.errors)"),
         _f("error", str, "error text", max_len=None),
+        _f("endpoint", str, "where to go instead (codes run_elsewhere, run_moving)"),
     )),
     Kind("msg", BROKER, "An inbound message.", _MSG_FIELDS),
     Kind("msgs", BROKER, "Several plain text messages from one sender; each (id, message) "
@@ -268,6 +269,12 @@ LINK_KINDS: tuple[Kind, ...] = (
         _f("endpoint", str, "its ROUTER endpoint", required=True),
         _f("until", _NUM, "its lease end (wall clock)", required=True),
         _ROWS,
+        _f("runs", list, "ids of the workflow runs it owns", max_len=None),
+    )),
+    Kind("link_runs", LINK, "Workflow runs the sending broker took (registered, adopted "
+         "from a dead broker) or no longer owns (ended).", (
+        _f("owned", list, "run ids it owns now", required=True, max_len=None),
+        _f("dropped", list, "run ids it no longer owns", required=True, max_len=None),
     )),
     Kind("link_presence", LINK, "Sessions of the sending broker that changed (rows) or left "
          "(ids), in order.", (

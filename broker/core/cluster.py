@@ -96,6 +96,17 @@ class Cluster:
     # back. The broker of a run's host owns the run (see broker.core.forwarding).
     run_hosts: dict[str, str] = field(default_factory=dict)
     hosting: dict[str, set[str]] = field(default_factory=dict)   # mirror id -> run ids
+    # Runs other brokers own, as they said: run id -> broker id (broker.core.ownership);
+    # this broker's runs that others have not heard of yet (True: owned, False: ended);
+    # dead brokers' runs not adopted yet: broker id -> ownership.Orphans.
+    run_owners: dict[str, str] = field(default_factory=dict)
+    runs_changed: dict[str, bool] = field(default_factory=dict)
+    orphans: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shared(self) -> bool:
+        """Other brokers are (or were, with runs not adopted yet) on this database."""
+        return bool(self.peers or self.orphans)
 
     def session_left(self, session: Session) -> None:
         """``session`` left the registry: a mirror is forgotten, a local session's

@@ -105,4 +105,13 @@ class LinkClose:
     broker_id: str
 
 
-Command = Send | Publish | Persist | Deliver | Answer | LinkOpen | LinkSend | LinkClose
+@dataclass(frozen=True, slots=True)
+class AdoptRuns:
+    """Ask the store for the runs of dead broker ``broker_id`` (see
+    :mod:`broker.core.ownership`); the answer comes back as ``Engine.runs_adopted``."""
+
+    broker_id: str
+
+
+Command = (Send | Publish | Persist | Deliver | Answer | LinkOpen | LinkSend | LinkClose
+           | AdoptRuns)

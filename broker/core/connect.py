@@ -28,7 +28,7 @@ from schemas.limits import MAX_NAME_CHARS
 from schemas.names import (IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES, SESSION_KINDS,
                            STAGE, TERMINAL, TERMINAL_CHILD_STATUSES, THINKING, TOOL_PREFIX)
 
-from . import asking, backlog, closed, conversations, held, invoking
+from . import asking, backlog, closed, conversations, held, invoking, ownership
 from .agents import welcome_fields
 from .authority import check_claimed
 from .commands import Send
@@ -84,7 +84,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     parent = state.registry.by_id.get(parent_id or "")
     stage = None
     if kind == STAGE and env.get("stage"):
-        home, run, node = stage_home(state, env["stage"], env.get("group"), env.get("grant"))
+        home, run, node = stage_home(state, env["stage"], env.get("group"), env.get("grant"), now)
         stage = (run, node)
     else:
         home = clean_group(env.get("homeGroup") or resolve_home_group(
@@ -146,6 +146,8 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
         transcript = env.get("transcript") or session.atomic_session_id or session.id
         bind(state, session, *stage, transcript, now)
     host_returned(state, session)
+    if state.cluster.orphans:
+        ownership.arrived(state, session.id, now)
     conversations.joined(state, conversation, now)
 
 

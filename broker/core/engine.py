@@ -36,19 +36,16 @@ from schemas.errors import BusError
 from schemas.limits import LEASE_S
 from schemas.names import FAILED, QUEUED, STARTED
 
-from . import asking, backlog, connect, hosting, invoking, links
+from . import asking, backlog, connect, hosting, invoking, links, ownership, stages
 from .agents import Conversation
 from .commands import Answer, Command
-from .dedup import fingerprint
 from .invocations import RESTARTED, RESTARTED_TEXT, Job
 from .dispatch import handle
 from .outbox import render
-from .paths import parse_path
 from .records import InvocationState, Snapshot
-from .runs import Run
 from .sessions import Registry
 from .state import IdentityRecord, Limits, State
-from .sticky import SEQ_TAG_BITS, entry_from_row
+from .sticky import SEQ_TAG_BITS
 
 SWEEP_INTERVAL_S = 0.5
 # Sessions expired per sweep at most: a mass expiry is spread over several rounds so
@@ -120,33 +117,7 @@ class Engine:
         for saved in snapshot.identities:
             state.identities[saved.session_id] = IdentityRecord(saved.atomic_session_id,
                                                                 saved.token_hash)
-        for saved in snapshot.runs:
-            run = Run.from_record(saved.record)
-            state.runs[run.run_id] = run
-            if run.last_host_id:
-                state.hosted_before.setdefault(run.last_host_id, set()).add(run.run_id)
-            if not run.dormant:
-                state.leased.add(run.run_id)
-                if run.lease_until is None and wall:
-                    run.lease_until = wall + state.limits.host_lease_s
-        by_seq = {}
-        for row in snapshot.sticky:
-            try:
-                target = parse_path(row.entry.target)
-            except BusError:
-                continue
-            entry = entry_from_row(row, target)
-            state.sticky.add(entry)
-            by_seq[entry.seq] = entry
-        for delivery in snapshot.deliveries:
-            entry = by_seq.get(delivery.seq)
-            if entry is not None:
-                entry.deliveries[(delivery.stage, delivery.transcript)] = delivery.state
-        for entry in by_seq.values():
-            # A sender retrying a queued send after the restart gets the same answer.
-            state.ids.record(entry.message_id, entry.sender_id,
-                             fingerprint("send", str(entry.target), entry.message, None,
-                                         entry.attachments), entry.answer())
+        ownership.take(state, snapshot)
         return self._flush()
 
     def _restore_agents(self, snapshot: Snapshot) -> None:
@@ -190,6 +161,19 @@ class Engine:
         :mod:`broker.core.links`)."""
         self.state.wall = now if wall is None else wall
         links.brokers_read(self.state, rows, now)
+        return self._flush()
+
+    def runs_adopted(self, dead: str, snapshot: Snapshot | None, now: float,
+                     wall: float | None = None) -> list[Command]:
+        """The store's answer to ``AdoptRuns(dead)``: the runs this broker took from
+        dead broker ``dead`` (None: the store failed; it is asked again). A host
+        already connected here (it failed over first) takes its runs back at once."""
+        state = self.state
+        state.wall = now if wall is None else wall
+        for run in ownership.adopted(state, dead, snapshot, now):
+            host = state.registry.by_id.get(run.last_host_id or "")
+            if host is not None and host.broker is None:
+                stages.host_returned(state, host)
         return self._flush()
 
     def stopping(self, now: float, wall: float | None = None) -> list[Command]:
@@ -267,7 +251,7 @@ class Engine:
     def _flush(self) -> list[Command]:
         state = self.state
         cluster = state.cluster
-        if cluster.changed:
+        if cluster.changed or cluster.runs_changed:
             links.flush(state)
         out, state.out = state.out, []
         if cluster.peers:

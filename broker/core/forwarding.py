@@ -8,11 +8,12 @@ ask table and the reply rules all run where the target is, and its answer, the
 target's reply and every refusal come back over the link (``relay``) to the asker.
 So a ``send`` is ``delivered`` only once the target's broker has handed it over.
 
-A ``workflow:`` path is forwarded the same way to the run's *owner*: the broker
-holding the run's host session (each link row lists the runs its session hosts,
-``Cluster.run_hosts``). The owner alone decides delivery or queueing, positions and
-every cap, and answers ``queued`` only after its own commit; a run whose host is on
-this broker (or whose host no broker announces) is handled here.
+A ``workflow:`` path is forwarded the same way to the run's *owner*
+(:mod:`broker.core.ownership`), whether its host is connected or not. The owner alone
+decides delivery or queueing, positions and every cap, and answers ``queued`` only
+after its own commit. A run this broker owns, or that no broker owns (an unknown run,
+or one that ended: then the host's broker, from the link rows' ``hosts``, takes
+post-mortem traffic) is handled here.
 
 Anything else stays here: a target that does not resolve (the refusal is this
 broker's own, the same as for a local target), a send that is a
@@ -28,6 +29,7 @@ from __future__ import annotations
 from schemas import envelopes
 from schemas.errors import BusError
 
+from . import ownership
 from .admission import resolve_target
 from .cluster import Forwarded, Peer
 from .commands import LinkSend
@@ -36,14 +38,17 @@ from .sessions import Session
 from .state import State
 
 
-def forward(state: State, session: Session, to: object, env: dict, ids: list) -> bool:
+def forward(state: State, session: Session, to: object, env: dict, ids: list,
+            now: float) -> bool:
     """Forward ``env`` (request ids ``ids``) when ``to`` names a mirror; False to
     handle it here."""
     if session.broker is not None or to.__class__ is not str:
         return False
     if looks_like_path(to):
-        host = run_owner(state, to)
-        return host is not None and to_broker(state, session, host, env, ids, name=to)
+        broker_id = run_owner(state, to)
+        if broker_id is not None:
+            return _hand(state, session, broker_id, to, env, ids)
+        return _moving(state, session, to, ids, now)
     try:
         target = resolve_target(state, session, to)
     except BusError:
@@ -51,19 +56,33 @@ def forward(state: State, session: Session, to: object, env: dict, ids: list) ->
     return to_broker(state, session, target, env, ids)
 
 
-def run_owner(state: State, to: str) -> Session | None:
-    """The mirror hosting the run a path names, when its host is on another broker."""
+def run_owner(state: State, to: str) -> str | None:
+    """The other broker a path's run belongs to: its owner, or for a run no broker
+    owns (ended), the broker of its last host while that host is open."""
     try:
         run_id = parse_path(to).run_id
     except BusError:
         return None
-    run = state.runs.get(run_id)
-    if run is not None and run.host_id is not None:
-        local = state.registry.by_id.get(run.host_id)
-        if local is not None and local.broker is None:
-            return None
+    if run_id in state.runs:
+        return None
+    peer = ownership.owner(state, run_id)
+    if peer is not None:
+        return peer.broker_id
     host = state.registry.by_id.get(state.cluster.run_hosts.get(run_id, ""))
-    return host if host is not None and host.broker is not None else None
+    return host.broker if host is not None else None
+
+
+def _moving(state: State, session: Session, to: str, ids: list, now: float) -> bool:
+    """A path to an orphan run (its broker died, not adopted yet): refused for now."""
+    if not state.cluster.orphans or parse_path(to).run_id in state.runs:
+        return False
+    error = ownership.wanted(state, parse_path(to).run_id, now)
+    if error is None:
+        return False
+    for request_id in ids:
+        if request_id.__class__ is str:
+            state.answer(session, request_id, error)
+    return True
 
 
 def to_broker(state: State, session: Session, target: Session, env: dict, ids: list,
@@ -71,12 +90,17 @@ def to_broker(state: State, session: Session, target: Session, env: dict, ids: l
     """Forward ``env`` to ``target``'s broker if it is a mirror; False if it is local."""
     if target.broker is None or session.broker is not None:
         return False
+    return _hand(state, session, target.broker, name or target.name, env, ids)
+
+
+def _hand(state: State, session: Session, broker_id: str, name: str, env: dict,
+          ids: list) -> bool:
     mine = state.cluster.forwarded.setdefault(session.id, {})
     for request_id in ids:
         if request_id.__class__ is str:
-            mine[request_id] = Forwarded(target.broker, name or target.name)
+            mine[request_id] = Forwarded(broker_id, name)
     state.stats["forwarded"] += 1
-    state.out.append(LinkSend(target.broker, [envelopes.forward(session.id, env)]))
+    state.out.append(LinkSend(broker_id, [envelopes.forward(session.id, env)]))
     return True
 
 

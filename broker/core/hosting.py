@@ -16,6 +16,7 @@ from typing import Any
 from schemas.errors import BusError
 from schemas.names import PENDING, RUNNING, STAGE_STATES, TERMINAL_STATES, run_group
 
+from . import ownership
 from .membership import change_groups, room_for
 from .path_delivery import node_at, notify_undeliverable, settle_exact
 from .paths import looks_like_path, parse_path
@@ -39,6 +40,8 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
     if late_router is not None and not isinstance(late_router, bool):
         raise BusError("invalid_params", detail="lateRouter must be true or false")
     run = state.runs.get(run_id)
+    if run is None:
+        _not_elsewhere(state, run_id, now)
     if run is not None:
         if run.host_id not in (None, session.id):
             raise BusError("not_run_host", run_id=run_id)
@@ -57,6 +60,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
                   nonce=state.new_token()[:16])
         run.attach(build_nodes(env.get("stages") or [], None), None)
         state.runs[run_id] = run
+        ownership.registered(state, run_id)
     set_host(state, run, session)
     if late_router is not None:
         run.late_router = late_router
@@ -73,6 +77,7 @@ def take_over(state: State, session: Session, env: dict, now: float) -> dict[str
     invalid_grant | too_many_runs | too_many_groups)."""
     run = state.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
     if run is None:
+        _not_elsewhere(state, env.get("runId"), now)
         raise BusError("unknown_run", run_id=env.get("runId"))
     if run.host_id is not None and run.host_id != session.id:
         raise BusError("not_run_host", run_id=run.run_id)
@@ -188,6 +193,7 @@ def end_run(state: State, session: Session, env: dict, now: float) -> dict[str, 
             notify_undeliverable(state, entry, "run ended before a matching stage received it")
     close_run(state, run)
     del state.runs[run.run_id]
+    ownership.ended(state, run.run_id)
     for table in (state.hosted, state.hosted_before):
         for holder in {run.host_id, run.last_host_id}:
             table.get(holder, set()).discard(run.run_id)
@@ -195,10 +201,20 @@ def end_run(state: State, session: Session, env: dict, now: float) -> dict[str, 
     return {"runId": run.run_id, "ended": True, "undeliverable": undeliverable}
 
 
+def _not_elsewhere(state: State, run_id: object, now: float) -> None:
+    """Raises BusError(run_elsewhere | run_moving) for a run another broker owns or
+    is about to own (see broker.core.ownership)."""
+    ownership.check_here(state, run_id)
+    error = ownership.wanted(state, run_id, now)
+    if error is not None:
+        raise error
+
+
 def hosted(state: State, session: Session, env: dict) -> Run:
     """The run ``env`` names, if ``session`` hosts it. Raises BusError."""
     run = state.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
     if run is None:
+        ownership.check_here(state, env.get("runId"))
         raise BusError("unknown_run", run_id=env.get("runId"))
     if run.host_id != session.id:
         raise BusError("not_run_host", run_id=run.run_id)

@@ -32,7 +32,7 @@ from schemas.errors import BusError
 from schemas.limits import HEARTBEAT_S
 from schemas.names import PRESENCE_EVENTS
 
-from . import forwarding, mirrors
+from . import forwarding, mirrors, ownership
 from .cluster import Peer, link_row, mirror_of
 from .commands import LinkClose, LinkOpen, LinkSend, Send
 from .connect import disconnect
@@ -106,6 +106,7 @@ def tick(state: State, now: float) -> None:
     for peer in cluster.linked():
         if peer.identity is not None and peer.heard_at < cutoff:
             _part(state, peer, "silent", now, keep=True)
+    ownership.tick(state, now)
     if now >= cluster.next_heartbeat_at:
         cluster.next_heartbeat_at = now + LINK_HEARTBEAT_S
         beat = envelopes.link_heartbeat(state.wall + cluster.lease_s)
@@ -120,8 +121,14 @@ def stopping(state: State) -> None:
 
 
 def flush(state: State) -> None:
-    """Tell the other brokers what changed among this broker's sessions."""
+    """Tell the other brokers what changed among this broker's sessions and runs."""
     cluster = state.cluster
+    runs, cluster.runs_changed = cluster.runs_changed, {}
+    if runs and cluster.peers:
+        env = envelopes.link_runs([r for r, owned in runs.items() if owned],
+                                  [r for r, owned in runs.items() if not owned])
+        for peer in cluster.linked():
+            state.out.append(LinkSend(peer.broker_id, [env]))
     changed, cluster.changed = cluster.changed, {}
     if not changed or not cluster.peers:
         return
@@ -184,6 +191,13 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
     held = {row.get("id") for row in rows if row.__class__ is dict}
     mirrors_gone = [sid for sid in peer.mirrors if sid not in held]
     _presence(state, peer, {"sessions": rows, "gone": mirrors_gone}, now)
+    runs = env.get("runs") or []
+    ownership.told(state, peer, runs, [r for r, b in cluster.run_owners.items()
+                                       if b == broker_id and r not in set(runs)])
+
+
+def _runs(state: State, peer: Peer, env: dict, now: float) -> None:
+    ownership.told(state, peer, env["owned"], env["dropped"])
 
 
 def _presence(state: State, peer: Peer, env: dict, now: float) -> None:
@@ -242,6 +256,7 @@ def _bye(state: State, peer: Peer, env: dict, now: float) -> None:
 
 _LINK_HANDLERS = {
     "link_presence": _presence,
+    "link_runs": _runs,
     "forward": _forward,
     "relay": _relay,
     "link_hb": _heartbeat,
@@ -268,7 +283,7 @@ def _say_hello(state: State, peer: Peer) -> None:
     # Changes not yet flushed are in the rows already.
     state.out.append(LinkSend(peer.broker_id, [envelopes.link(
         state.broker_id, link_proof(state.grant_key, state.broker_id), cluster.endpoint,
-        state.wall + cluster.lease_s, rows)]))
+        state.wall + cluster.lease_s, rows, sorted(state.runs))]))
 
 
 def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False) -> None:
@@ -277,6 +292,7 @@ def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False)
     cluster = state.cluster
     state.stats[f"brokers.gone.{reason.replace(' ', '_')}"] += 1
     peer.gone = True
+    ownership.peer_gone(state, peer, now)      # before its mirrors (hosts) leave
     for session_id in sorted(peer.mirrors):
         mirror = cluster.remote.get(session_id)
         if mirror is not None:

@@ -82,10 +82,12 @@ class SessionReleased:
 
 @dataclass(frozen=True, slots=True)
 class RunSaved:
-    """The whole tree of a workflow run (see :meth:`broker.core.runs.Run.record`)."""
+    """The whole tree of a workflow run (see :meth:`broker.core.runs.Run.record`), and
+    the broker that owns it (the one that wrote it; see :mod:`broker.core.ownership`)."""
 
     run_id: str
     record: dict[str, Any]
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +237,8 @@ class Snapshot:
     # The key grants are derived from; made once per database and shared by every
     # broker on it, so a grant outlives a restart (see broker.core.grants).
     grant_key: bytes = b""
+    # Runs this broker did not take because a live broker owns them: run id -> owner.
+    owners: dict[str, str] = field(default_factory=dict)
 
 
 class Store(Protocol):

@@ -18,11 +18,11 @@ from __future__ import annotations
 from schemas.errors import BusError
 from schemas.names import ACKED, AUTO_GROUPS, DEFAULT_GROUP, PENDING, RUNNING
 
-from . import held
+from . import held, ownership
 from .grants import check_stage
 from .path_delivery import deliverable, hand_over, node_at
 from .paths import WorkflowPath, parse_path
-from .records import RunSaved, StickyDelivery
+from .records import StickyDelivery
 from .runs import Node, Run, build_nodes
 from .sessions import Session, StageBinding
 from .state import State
@@ -30,18 +30,20 @@ from .state import State
 MAX_RECEIPTS = 512       # ids read from one ``received`` envelope
 
 
-def stage_home(state: State, stage: str, group: str | None,
-               grant: object) -> tuple[str, Run, Node]:
+def stage_home(state: State, stage: str, group: str | None, grant: object,
+               now: float) -> tuple[str, Run, Node]:
     """Home group, run and node of a connecting stage session, if its grant allows.
 
-    Raises BusError(invalid_path | unknown_run | grant_required | invalid_grant).
+    Raises BusError(invalid_path | unknown_run | run_elsewhere | run_moving |
+    grant_required | invalid_grant).
     """
     path = parse_path(stage)
     if path.is_pattern:
         raise BusError("invalid_path", to=stage, detail="a stage binds to an exact path")
     run = state.runs.get(path.run_id)
     if run is None:
-        raise BusError("unknown_run", run_id=path.run_id)
+        ownership.check_here(state, path.run_id)
+        raise ownership.wanted(state, path.run_id, now) or BusError("unknown_run", run_id=path.run_id)
     # The exact name path first: an id elsewhere in the tree may spell the same segments.
     node = run.by_key.get("/".join(path.segments)) or node_at(run, path)
     if node is None:
@@ -150,4 +152,4 @@ def received(state: State, session: Session, ids: list) -> None:
 
 
 def save(state: State, run: Run) -> None:
-    state.persist(RunSaved(run.run_id, run.record()))
+    state.persist(ownership.saved(state, run))

@@ -1,0 +1,208 @@
+"""Which broker owns each workflow run, and runs changing hands when a broker dies.
+
+A run belongs to exactly one broker: the one its host registered it on, or the one
+that took it over when its broker died. Only the owner holds the run in memory, so
+only the owner queues for it, gives positions, enforces its caps, binds its stages and
+hands over its sticky entries; every other broker knows only *who* owns it
+(``Cluster.run_owners``, from the ``runs`` of each link hello and ``link_runs``).
+
+* A ``workflow:`` send, pipelined send or ask from a session on another broker is
+  forwarded to the owner (:mod:`broker.core.forwarding`), whether or not the run's host
+  is connected: a dormant run queues there.
+* A stage session, a host or a ``take_over`` that reaches another broker is refused
+  ``run_elsewhere`` with the owner's endpoint (:func:`check_here`); the client
+  reconnects there with its id and sends the request again (``client.transport``).
+* When a broker is gone, its runs are *orphans*. The broker its run's host (or a
+  stage) fails over to asks the store to move them to itself (``AdoptRuns``), so runs
+  follow their clients; past :data:`ADOPT_GRACE_S` any broker asks. The store gives
+  each run to exactly one asker, which loads it (:func:`take`) with its sticky
+  entries and tells the others; a request for an orphan meanwhile is refused
+  ``run_moving`` (with this broker's endpoint: the client says hello again). The run
+  then behaves as after a restart of its broker: its host holds a fresh lease.
+* At start a broker takes the runs no live broker owns (:meth:`broker.store.SqliteStore.load`).
+
+Invariants: a run id is in at most one of ``state.runs``, ``Cluster.run_owners`` and
+the orphans; every run this broker persists carries its id as the owner; an adoption
+that fails (the store unavailable) is asked again until it succeeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.errors import BusError
+
+from .cluster import Peer
+from .commands import AdoptRuns
+from .dedup import fingerprint
+from .paths import parse_path
+from .records import RunSaved, Snapshot, StickyDelivery
+from .runs import Run
+from .state import State
+from .sticky import entry_from_row
+
+ADOPT_RETRY_S = 5.0      # an adoption not answered this long is asked again
+# How long a dead broker's runs wait for their host (or a stage) to fail over to some
+# broker, which then adopts them, before any broker does: a client moves within a
+# few seconds of its broker's death (its liveness window and one failover step).
+ADOPT_GRACE_S = 10.0
+
+
+@dataclass(slots=True)
+class Orphans:
+    """The runs of a dead broker, not adopted yet: run id -> its host's id (if known)."""
+
+    adopt_at: float
+    hosts: dict[str, str | None]
+    asked_at: float | None = None
+
+
+def saved(state: State, run: Run) -> RunSaved:
+    """The record of ``run`` as this broker (its owner) writes it."""
+    return RunSaved(run.run_id, run.record(), state.broker_id)
+
+
+def owner(state: State, run_id: str) -> Peer | None:
+    """The live broker that owns ``run_id``, when it is not this one."""
+    if run_id in state.runs:
+        return None
+    peer = state.cluster.peers.get(state.cluster.run_owners.get(run_id, ""))
+    return peer if peer is not None and not peer.gone else None
+
+
+def check_here(state: State, run_id: object) -> None:
+    """Raises BusError(run_elsewhere) when another live broker owns ``run_id``."""
+    if run_id.__class__ is not str:
+        return
+    peer = owner(state, run_id)
+    if peer is not None:
+        raise BusError("run_elsewhere", run_id=run_id, endpoint=peer.endpoint)
+
+
+def registered(state: State, run_id: str) -> None:
+    """``run_id`` is this broker's now (registered or taken): the others hear of it."""
+    state.cluster.run_owners.pop(run_id, None)
+    state.cluster.runs_changed[run_id] = True
+
+
+def ended(state: State, run_id: str) -> None:
+    state.cluster.runs_changed[run_id] = False
+
+
+def told(state: State, peer: Peer, owned: list, dropped: list) -> None:
+    """``peer`` says it owns the runs ``owned`` and no longer owns ``dropped``."""
+    owners = state.cluster.run_owners
+    state.cluster.orphans.pop(peer.broker_id, None)   # it speaks: it is not dead
+    for orphans in state.cluster.orphans.values():
+        for run_id in owned:
+            orphans.hosts.pop(run_id, None)           # adopted by ``peer``
+    for run_id in dropped:
+        if run_id.__class__ is str and owners.get(run_id) == peer.broker_id:
+            del owners[run_id]
+    for run_id in owned:
+        if run_id.__class__ is str and run_id not in state.runs:
+            owners[run_id] = peer.broker_id
+
+
+def peer_gone(state: State, peer: Peer, now: float) -> None:
+    """``peer`` died or stopped (called before its mirrors leave): its runs are
+    orphans, adopted by the first broker their host or a stage reaches, or after
+    :data:`ADOPT_GRACE_S` by any (the store decides)."""
+    owners = state.cluster.run_owners
+    runs = [r for r, b in owners.items() if b == peer.broker_id]
+    for run_id in runs:
+        del owners[run_id]
+    if peer.broker_id in state.cluster.orphans:
+        return
+    hosts = {run_id: state.cluster.run_hosts.get(run_id) for run_id in runs}
+    # A host's id, not its mirror's: the same id once the client is on this broker.
+    state.cluster.orphans[peer.broker_id] = Orphans(now + ADOPT_GRACE_S, hosts)
+
+
+def wanted(state: State, run_id: object, now: float) -> BusError | None:
+    """A request here needs ``run_id``: if it is an orphan, its adoption is asked now,
+    and the refusal for the request is returned (``run_moving``: try again soon)."""
+    for dead, orphans in state.cluster.orphans.items():
+        if run_id in orphans.hosts:
+            _ask(state, dead, orphans, now)
+            return BusError("run_moving", run_id=run_id, endpoint=state.cluster.endpoint)
+    return None
+
+
+def arrived(state: State, session_id: str, now: float) -> None:
+    """A session opened here: if it hosted an orphan run, the orphans are adopted now,
+    so runs follow their host to the broker it failed over to."""
+    for dead, orphans in state.cluster.orphans.items():
+        if session_id in orphans.hosts.values():
+            _ask(state, dead, orphans, now)
+
+
+def tick(state: State, now: float) -> None:
+    """Orphans past their grace are adopted; a failed adoption is asked again."""
+    for dead, orphans in state.cluster.orphans.items():
+        if now >= orphans.adopt_at:
+            _ask(state, dead, orphans, now)
+
+
+def _ask(state: State, dead: str, orphans: "Orphans", now: float) -> None:
+    if orphans.asked_at is not None and now - orphans.asked_at < ADOPT_RETRY_S:
+        return                  # asked already; its answer is coming
+    orphans.asked_at = now
+    state.out.append(AdoptRuns(dead))
+
+
+def adopted(state: State, dead: str, snapshot: Snapshot | None, now: float) -> list[Run]:
+    """The store's answer to ``AdoptRuns(dead)``: None when it failed (asked again)."""
+    orphans = state.cluster.orphans.get(dead)
+    if snapshot is None:
+        if orphans is not None:
+            orphans.adopt_at = now + ADOPT_RETRY_S
+        return []
+    state.cluster.orphans.pop(dead, None)
+    runs = take(state, snapshot)
+    state.stats["runs.adopted"] += len(runs)
+    return runs
+
+
+def take(state: State, snapshot: Snapshot) -> list[Run]:
+    """Load the runs of ``snapshot`` (at start, or adopted) with their sticky entries
+    and delivery states; their hosts, if not connected here, hold a fresh lease."""
+    wall = state.wall
+    runs = []
+    for saved_run in snapshot.runs:
+        run = Run.from_record(saved_run.record)
+        state.runs[run.run_id] = run
+        registered(state, run.run_id)
+        runs.append(run)
+        if run.last_host_id:
+            state.hosted_before.setdefault(run.last_host_id, set()).add(run.run_id)
+        if not run.dormant:
+            state.leased.add(run.run_id)
+            if run.lease_until is None and wall:
+                run.lease_until = wall + state.limits.host_lease_s
+    by_seq = {}
+    for row in snapshot.sticky:
+        try:
+            target = parse_path(row.entry.target)
+        except BusError:
+            continue
+        entry = entry_from_row(row, target)
+        state.sticky.add(entry)
+        by_seq[entry.seq] = entry
+    for delivery in snapshot.deliveries:
+        _delivered(by_seq, delivery)
+    for entry in by_seq.values():
+        # A sender retrying a queued send after the restart gets the same answer.
+        state.ids.record(entry.message_id, entry.sender_id,
+                         fingerprint("send", str(entry.target), entry.message, None,
+                                     entry.attachments), entry.answer())
+    for run_id, broker_id in snapshot.owners.items():
+        if run_id not in state.runs:
+            state.cluster.run_owners[run_id] = broker_id
+    return runs
+
+
+def _delivered(by_seq: dict, delivery: StickyDelivery) -> None:
+    entry = by_seq.get(delivery.seq)
+    if entry is not None:
+        entry.deliveries[(delivery.stage, delivery.transcript)] = delivery.state

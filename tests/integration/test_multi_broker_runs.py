@@ -1,0 +1,119 @@
+"""Runs belong to one broker; the others forward to it, send its stages there, and
+take its runs over when it dies (broker.core.ownership).
+
+Real broker processes on one SQLite file (tests/integration/multi_broker.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from client import Client
+from tests.integration.multi_broker import Cluster, others_live, wait_until
+from tests.integration.workflow_helpers import (assert_refused, host_run, path, queue, run_row,
+                                                send, start_stage, take)
+
+pytestmark = pytest.mark.timeout(120)
+
+HOST_LEASE_S = "2"
+
+
+@pytest.fixture
+def two():
+    cluster = Cluster(2, "--host-lease-s", HOST_LEASE_S)
+    yield cluster
+    cluster.close()
+
+
+def broker_id(session) -> str:
+    return session.intercom(action="status")["broker"]["id"]
+
+
+def linked_run(cluster: Cluster, endpoints=None):
+    """A host on broker 0 (with ``endpoints`` to fail over along, if given) with a run
+    whose stage ``plan`` is pending, and bob on broker 1 in the run's group, once the
+    brokers are linked and broker 1 knows the run."""
+    if endpoints is None:
+        connect = lambda name: cluster.connect(0, name)           # noqa: E731
+    else:
+        def connect(name):
+            session = Client.connect(name=name, endpoint=endpoints, timeout=15)
+            cluster.opened.append(session)
+            return session
+    host, run = host_run(connect, [{"name": "plan"}])
+    bob = cluster.connect(1, "bob", group=f"workflow:{run}")
+    wait_until(lambda: others_live(bob) == 1, 15, "the brokers link")
+    # Broker 1 forwards a path send only once it knows who owns the run.
+    wait_until(lambda: send(bob, path(run, "plan"), "probe").get("queued"), 15,
+               "broker 1 forwards to the run's broker")
+    return host, bob, run
+
+
+def test_a_stage_that_reaches_another_broker_is_sent_to_its_runs_broker(two):
+    host, bob, run = linked_run(two)
+    queue(bob, path(run, "plan"), "first")
+    stage = start_stage(lambda name, **kw: two.connect(1, name, **kw), run, "plan")
+    assert broker_id(stage) == broker_id(host)           # it followed the run
+    assert [m["message"] for m in take(stage, 2)] == ["probe", "first"]
+    live = send(bob, path(run, "plan"), "live")
+    assert live.get("delivered") is True, live
+    assert take(stage, 1)[0]["message"] == "live"
+    assert stage.receive(0.3) is None
+
+
+def test_a_run_whose_host_left_still_queues_sends_from_another_broker(two):
+    host, bob, run = linked_run(two)
+    host.close()
+    queued = queue(bob, path(run, "plan"), "while the host is away")
+    assert queued["position"] == 2, queued
+    # Past the host's lease the run is dormant: asks are refused as such, sends queue.
+    wait_until(lambda: bob.intercom(action="ask", to=path(run, "plan"), message="?",
+                                    timeout=5).get("code") == "run_dormant", 20,
+               "the run goes dormant")
+    assert queue(bob, path(run, "plan"), "while dormant")["position"] == 3
+
+
+def test_a_dead_brokers_runs_follow_their_host_and_lose_nothing_queued(two):
+    endpoints = [b.endpoint for b in two.brokers]
+    host, bob, run = linked_run(two, endpoints)
+    target = path(run, "plan")
+    for text in ("one", "two"):
+        queue(bob, target, text)
+    two.brokers[0].kill()
+    # The host fails over to broker 1, which takes the run over with everything queued.
+    wait_until(lambda: host.connected and broker_id(host) == broker_id(bob), 30,
+               "the host fails over to broker 1")
+
+    def queued_again():
+        answer = send(bob, target, "three")
+        if answer.get("ok"):
+            return answer
+        assert answer.get("code") in ("run_moving", "peer_disconnected"), answer
+        return None
+
+    assert wait_until(queued_again, 30, "broker 1 owns the run")["position"] == 4
+    row = run_row(host, run)                       # still the host of its run
+    assert row["runId"] == run
+    stage = start_stage(lambda name, **kw: two.connect(1, name, **kw), run, "plan")
+    assert [m["message"] for m in take(stage, 4)] == ["probe", "one", "two", "three"]
+    assert stage.receive(0.3) is None              # each once
+
+
+def test_a_restarted_broker_does_not_take_a_live_brokers_run(two):
+    host, bob, run = linked_run(two)
+    second_dir = two.brokers[1].data_dir
+    two.brokers[1].stop()
+    two.start(second_dir)                          # loads the database again
+    carol = two.connect(2, "carol", group=f"workflow:{run}")
+    wait_until(lambda: others_live(carol) == 1, 15, "the restarted broker links")
+    stage = start_stage(lambda name, **kw: two.connect(2, name, **kw), run, "plan")
+    assert broker_id(stage) == broker_id(host)     # bound where the run is, not a copy
+    assert [m["message"] for m in take(stage, 1)] == ["probe"]
+    assert stage.receive(0.3) is None
+
+
+def test_a_host_operation_on_another_broker_names_the_runs_broker(two):
+    host, bob, run = linked_run(two)
+    answer = bob.take_over(run, "x")
+    assert_refused(answer, "run_elsewhere")
+    assert two.brokers[0].endpoint in answer["error"]
