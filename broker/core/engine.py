@@ -216,7 +216,7 @@ class Engine:
             hosting.expire_leases(state)
         asking.expire(state, now)
         invoking.recheck(state, now)
-        if state.cluster.peers:
+        if state.cluster.shared:
             links.tick(state, now)
         return self._flush()
 

@@ -1,0 +1,93 @@
+"""Runs across brokers in the core (broker.core.ownership): two engines on one store,
+their links wired in memory (tests/unit/test_links.py's Pair)."""
+
+from __future__ import annotations
+
+from broker.core.commands import AdoptRuns
+from schemas import envelopes
+from schemas.protocol import envelope
+from tests.unit.harness import result_for
+from tests.unit.test_links import linked_pair
+
+RUN = "r-own"
+PLAN = f"workflow:{RUN}/plan"
+
+
+def hosted(pair):
+    """alice hosts RUN on broker A (stage plan pending); bob is on broker B."""
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.b, "bob", group=f"workflow:{RUN}")
+    pair.feed(pair.a, b"alice", envelope("workflow", id="reg", op="register_run", runId=RUN,
+                                         stages=[{"name": "plan"}]))
+    grants = result_for(pair.seen[pair.a], b"alice", "reg")["grants"]
+    pair.settle()
+    return grants
+
+
+def bob_sends(pair, msg_id: str, text: str) -> dict:
+    """bob's send to PLAN, answered once the store committed what it needs."""
+    seen = list(pair.call(pair.b, b"bob", "send", msg_id, to=PLAN, message=text))
+    pair.settle()
+    # The same command may be counted twice (a node's last output is pumped again).
+    unique = {id(c): c for c in seen + pair.seen[pair.b]}
+    return result_for(list(unique.values()), b"bob", msg_id)
+
+
+def test_a_registered_run_is_announced_and_sends_from_the_other_broker_go_to_it():
+    pair = linked_pair()
+    hosted(pair)
+    assert pair.b.engine.cluster.run_owners == {RUN: "ba"}
+    answer = bob_sends(pair, "m1", "hi")
+    assert (answer["queued"], answer["position"]) == (True, 1)
+    assert [e.message for e in pair.a.engine.state.sticky.entries(RUN)] == ["hi"]
+    assert RUN not in pair.b.engine.state.runs
+
+
+def test_sends_reach_the_runs_broker_after_its_host_left():
+    pair = linked_pair()
+    hosted(pair)
+    pair.feed(pair.a, b"alice", {"v": 1, "k": "bye"})
+    answer = bob_sends(pair, "m2", "later")
+    assert (answer["queued"], answer["position"]) == (True, 1)
+
+
+def test_a_stage_hello_on_the_other_broker_is_refused_with_the_runs_endpoint():
+    pair = linked_pair()
+    grants = hosted(pair)
+    answer = pair.hello(pair.b, "plan", sessionKind="stage", stage=PLAN, grant=grants[PLAN])
+    assert (answer["ok"], answer["code"]) == (False, "run_elsewhere")
+    assert answer["endpoint"] == "ipc:///tmp/ba.sock"
+
+
+def test_a_stopped_brokers_runs_are_adopted_where_their_host_arrives():
+    pair = linked_pair()
+    hosted(pair)
+    pair.call(pair.b, b"bob", "send", "m3", to=PLAN, message="kept")
+    pair.settle()
+    host_id = pair.a.engine.state.runs[RUN].host_id
+    pair.a.engine.state.wall = pair.a.now
+    bye = pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    assert not any(isinstance(c, AdoptRuns) for c in bye)        # it waits for the host
+    answer = bob_sends(pair, "m4", "early")
+    assert answer["code"] == "run_moving"                         # and asks the store now
+    asked = [c for c in pair.seen[pair.b] if isinstance(c, AdoptRuns)]
+    assert asked == [AdoptRuns("ba")]
+    pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now)
+    assert RUN in pair.b.engine.state.runs and pair.b.engine.cluster.orphans == {}
+    assert [e.message for e in pair.b.engine.state.sticky.entries(RUN)] == ["kept"]
+    run = pair.b.engine.state.runs[RUN]
+    assert (run.host_id, run.last_host_id) == (None, host_id)      # leased, for its host
+    answer = bob_sends(pair, "m5", "after")
+    assert (answer["queued"], answer["position"]) == (True, 2)
+
+
+def test_an_adoption_the_store_failed_is_asked_again():
+    pair = linked_pair()
+    hosted(pair)
+    pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    orphans = pair.b.engine.cluster.orphans["ba"]
+    out = pair.b.engine.tick(orphans.adopt_at)
+    assert AdoptRuns("ba") in out
+    pair.b.engine.runs_adopted("ba", None, orphans.adopt_at)
+    later = pair.b.engine.tick(orphans.adopt_at + 0.1)
+    assert AdoptRuns("ba") in later

@@ -1,0 +1,52 @@
+"""The Store contract for run ownership (both stores): a broker loads only the runs no
+live broker owns, and a dead broker's runs go to exactly one adopter."""
+
+from __future__ import annotations
+
+from broker.core.records import RunSaved
+
+from .store_helpers import NOW, entry, lease, open_store, store  # noqa: F401
+
+
+def run(run_id: str, owner: str) -> RunSaved:
+    return RunSaved(run_id, {"runId": run_id}, owner)
+
+
+def test_a_broker_loads_its_own_unowned_and_dead_brokers_runs_and_names_the_others(store):
+    store.apply([lease("live", NOW + 30), lease("dead", NOW - 1),
+                 run("mine", "me"), run("theirs", "live"), run("orphan", "dead"), run("old", ""),
+                 entry(1, run_id="theirs", target="workflow:theirs/a"),
+                 entry(2, run_id="orphan", target="workflow:orphan/a")])
+    snapshot = store.load("me")
+    assert sorted(r.run_id for r in snapshot.runs) == ["mine", "old", "orphan"]
+    assert {r.owner for r in snapshot.runs} == {"me"}
+    assert [row.entry.run_id for row in snapshot.sticky] == ["orphan"]
+    assert snapshot.owners == {"theirs": "live"}
+    # Taken for good: once "me" holds a lease, another broker loading sees them as its.
+    store.apply([lease("me", NOW + 30)])
+    assert store.load("live").owners == {"mine": "me", "old": "me", "orphan": "me"}
+
+
+def test_a_live_lease_named_gone_does_not_keep_its_runs(store):
+    store.apply([lease("killed", NOW + 30), run("r", "killed")])
+    assert store.load("me").owners == {"r": "killed"}
+    assert [r.run_id for r in store.load("me", gone=["killed"]).runs] == ["r"]
+
+
+def test_a_dead_brokers_runs_go_to_exactly_one_adopter_with_their_entries(store):
+    store.apply([run("r1", "dead"), run("r2", "dead"), run("r3", "other"),
+                 entry(1, run_id="r1", target="workflow:r1/a"),
+                 entry(2, run_id="r3", target="workflow:r3/a")])
+    first = store.adopt_runs("dead", "b1")
+    second = store.adopt_runs("dead", "b2")
+    assert sorted(r.run_id for r in first.runs) == ["r1", "r2"]
+    assert {r.owner for r in first.runs} == {"b1"}
+    assert [row.entry.seq for row in first.sticky] == [1]
+    assert (second.runs, second.sticky) == ([], [])
+    assert sorted(r.run_id for r in store.load().runs) == ["r1", "r2", "r3"]   # nothing lost
+
+
+def test_loading_without_an_owner_reads_every_run_and_entry(store):
+    store.apply([run("a", "x"), entry(1, run_id="b", target="workflow:b/s")])
+    snapshot = store.load()
+    assert ([r.run_id for r in snapshot.runs], [row.entry.seq for row in snapshot.sticky]) == (["a"], [1])
