@@ -42,9 +42,9 @@ from .core.records import (RECORD_TYPES, ConversationDeleted, ConversationSaved,
                            InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
                            RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
                            SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                           StickyRow, StickySaved)
+                           StickyKept, StickyRow, StickySaved)
 from . import store_sql as sql
-from .memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, writer_for
+from .memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, apply_each
 
 # The statements are in broker.store_sql; these names are the store's public ones.
 SCHEMA_VERSION = sql.SCHEMA_VERSION
@@ -232,16 +232,17 @@ class SqliteStore:
 
     # -- the Store interface -------------------------------------------------------------
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
+    def apply(self, records: Sequence[Record]) -> list[SessionClaimed | StickyKept]:
         """Apply ``records`` in order in one transaction: all become durable, or none;
-        returns the refused claims (see :class:`~broker.core.records.SessionClaimed`).
+        returns the records not written: refused claims (see
+        :class:`~broker.core.records.SessionClaimed`) and entries whose request is
+        stored already (:class:`~broker.core.records.StickyKept`).
 
         Raises TypeError for a value that is not a record or a payload msgpack cannot
         encode, apsw.ConstraintError for a sticky seq already stored, other apsw errors
         (disk full, busy past the timeout) as SQLite reports them."""
         with self.conn:
-            return [record for record in records
-                    if writer_for(record, self._writers)(record) is False]
+            return apply_each(records, self._writers)
 
     def load(self) -> Snapshot:
         """The committed state, oldest first; forgets identities past the keep window."""
@@ -310,8 +311,17 @@ class SqliteStore:
     def _run_end(self, record: RunEnded) -> None:
         self.conn.execute(sql._DELETE_RUN, _params(record))
 
-    def _sticky(self, record: StickySaved) -> None:
-        self.conn.execute(sql._INSERT_STICKY, _params(record, attachments=_pack(record.attachments)))
+    def _sticky(self, record: StickySaved) -> StickyKept | None:
+        conn = self.conn
+        conn.execute(sql._INSERT_STICKY, _params(record, attachments=_pack(record.attachments)))
+        if conn.changes():
+            return None
+        # The same request is an entry already (the insert did nothing): that one answers.
+        (row,) = _rows(conn, sql._SELECT_STICKY_REQUEST,
+                       {"sender_id": record.sender_id, "message_id": record.message_id})
+        if row["seq"] == record.seq:
+            raise apsw.ConstraintError(f"sticky entry {record.seq} is already stored")
+        return StickyKept(record, _sticky_row(row))
 
     def _answered(self, record: StickyAnswered) -> None:
         self.conn.execute(sql._ANSWER_STICKY, _params(record, delivered_to=_pack(record.delivered_to)))

@@ -6,7 +6,7 @@ migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
 Parameters are named after the fields of the records they write.
 """
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
@@ -85,6 +85,7 @@ CREATE TABLE IF NOT EXISTS sticky (
     delivered_to BLOB                  -- msgpack list of stage names; NULL: none recorded
 );
 CREATE INDEX IF NOT EXISTS sticky_run ON sticky (run_id);
+CREATE UNIQUE INDEX IF NOT EXISTS sticky_request ON sticky (sender_id, message_id);
 CREATE TABLE IF NOT EXISTS sticky_delivery (
     seq INTEGER NOT NULL,
     stage TEXT NOT NULL,
@@ -119,6 +120,20 @@ WHERE sticky.seq = ranked.seq;
     # both, idempotently, so either upgrades to v4.
     2: _AGENT_TABLES + _CLAIMS_TABLE,
     3: _AGENT_TABLES + _CLAIMS_TABLE,
+    # One entry per request store-wide (a resend to another broker is answered from the
+    # entry kept). Copies an older broker queued for one request are the bug this
+    # fixes: the first one stays, the later ones (and their delivery rows) go.
+    4: """
+DELETE FROM sticky_delivery WHERE seq IN (
+    SELECT later.seq FROM sticky AS later JOIN sticky AS first
+    ON first.sender_id = later.sender_id AND first.message_id = later.message_id
+       AND first.seq < later.seq);
+DELETE FROM sticky WHERE seq IN (
+    SELECT later.seq FROM sticky AS later JOIN sticky AS first
+    ON first.sender_id = later.sender_id AND first.message_id = later.message_id
+       AND first.seq < later.seq);
+CREATE UNIQUE INDEX IF NOT EXISTS sticky_request ON sticky (sender_id, message_id);
+""",
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -164,6 +179,7 @@ INSERT INTO sticky (seq, run_id, target, sender_id, sender_name, message_id, mes
                     attachments, sent_at, ack, position, not_in_known_set)
 VALUES (:seq, :run_id, :target, :sender_id, :sender_name, :message_id, :message,
         :attachments, :sent_at, :ack, :position, :not_in_known_set)
+ON CONFLICT (sender_id, message_id) DO NOTHING
 """
 _ANSWER_STICKY = "UPDATE sticky SET delivered_to = :delivered_to WHERE seq = :seq"
 _UPSERT_DELIVERY = """
@@ -216,6 +232,11 @@ _SELECT_STICKY = """
 SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments,
        sent_at, ack, position, not_in_known_set, delivered_to
 FROM sticky ORDER BY seq
+"""
+_SELECT_STICKY_REQUEST = """
+SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments,
+       sent_at, ack, position, not_in_known_set, delivered_to
+FROM sticky WHERE sender_id = :sender_id AND message_id = :message_id
 """
 _SELECT_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
 _SELECT_CONVERSATIONS = """

@@ -39,12 +39,11 @@ from schemas.names import FAILED, QUEUED, STARTED
 from . import asking, backlog, connect, hosting, invoking, links
 from .agents import Conversation
 from .commands import Answer, Command
-from .dedup import fingerprint
 from .invocations import RESTARTED, RESTARTED_TEXT, Job
 from .dispatch import handle
 from .outbox import render
 from .paths import parse_path
-from .records import InvocationState, Snapshot
+from .records import InvocationState, Snapshot, StickyRow
 from .runs import Run
 from .sessions import Registry
 from .state import IdentityRecord, Limits, State
@@ -144,9 +143,8 @@ class Engine:
                 entry.deliveries[(delivery.stage, delivery.transcript)] = delivery.state
         for entry in by_seq.values():
             # A sender retrying a queued send after the restart gets the same answer.
-            state.ids.record(entry.message_id, entry.sender_id,
-                             fingerprint("send", str(entry.target), entry.message, None,
-                                         entry.attachments), entry.answer())
+            state.ids.record(entry.message_id, entry.sender_id, entry.fingerprint(),
+                             entry.answer())
         return self._flush()
 
     def _restore_agents(self, snapshot: Snapshot) -> None:
@@ -253,6 +251,20 @@ class Engine:
         self.state.stats["persist.failed"] += 1
         if callbacks is not None and callbacks[1] is not None:
             callbacks[1](now, BusError(code))
+        return self._flush()
+
+    def persist_kept(self, ticket: int, kept: StickyRow, now: float,
+                     wall: float | None = None) -> list[Command]:
+        """A sticky entry asked for with ``ticket`` was not written: the store holds
+        the same request already (``kept``, written by this broker or another)."""
+        self.state.wall = now if wall is None else wall
+        callbacks = self.state.tickets.pop(ticket, None)
+        self.state.stats["persist.kept"] += 1
+        if callbacks is not None:
+            if callbacks[2] is not None:
+                callbacks[2](now, kept)
+            elif callbacks[1] is not None:   # nothing else is ever kept: a bug
+                callbacks[1](now, BusError("internal_error"))
         return self._flush()
 
     def next_deadline(self) -> float:
