@@ -319,7 +319,8 @@ class SqliteStore:
         # The same request is an entry already (the insert did nothing): that one answers.
         (row,) = _rows(conn, sql._SELECT_STICKY_REQUEST,
                        {"sender_id": record.sender_id, "message_id": record.message_id})
-        if row["seq"] == record.seq:
+        # The request's conflict is looked at first: a seq stored too must still fail.
+        if next(_rows(conn, sql._STICKY_SEQ_TAKEN, {"seq": record.seq}), None) is not None:
             raise apsw.ConstraintError(f"sticky entry {record.seq} is already stored")
         return StickyKept(record, _sticky_row(row))
 

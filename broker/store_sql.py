@@ -238,6 +238,7 @@ SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachm
        sent_at, ack, position, not_in_known_set, delivered_to
 FROM sticky WHERE sender_id = :sender_id AND message_id = :message_id
 """
+_STICKY_SEQ_TAKEN = "SELECT 1 AS taken FROM sticky WHERE seq = :seq"
 _SELECT_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
 _SELECT_CONVERSATIONS = """
 SELECT agent, channel, remote, last_active_at, session_id FROM conversations ORDER BY rowid
