@@ -18,7 +18,9 @@ Semantics (the SQLite store keeps the same ones):
   without a row;
 * ``RunSaved`` upserts by run id (a run keeps its place in load order);
   ``RunEnded`` deletes the run, its sticky entries and their deliveries;
-* ``StickySaved`` inserts, and a seq already stored fails the batch;
+* ``StickySaved`` inserts, and a seq already stored fails the batch; an entry whose
+  request (sender id, message id) is stored already, by any broker, is not written
+  and is returned as a ``StickyKept`` holding the stored entry;
   ``StickyAnswered`` sets the entry's answered-to list (no entry: nothing happens);
   ``StickyDelivery`` upserts by (seq, stage, transcript) and keeps its place;
   ``StickyDropped`` deletes one entry and its deliveries;
@@ -42,6 +44,7 @@ Semantics (the SQLite store keeps the same ones):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -53,7 +56,7 @@ from .core.records import (ConversationDeleted, ConversationSaved, IdentitySaved
                            InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
                            RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
                            SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                           StickyRow, StickySaved)
+                           StickyKept, StickyRow, StickySaved)
 
 IDENTITY_KEEP_S = 30 * 24 * 3600   # who held an id is remembered for 30 days
 IDENTITY_LIMIT = 200_000           # newest identities restored at start, at most
@@ -75,6 +78,7 @@ class _Tables:
     claims: dict[str, str] = field(default_factory=dict)     # session id -> broker id
     runs: dict[str, RunSaved] = field(default_factory=dict)
     sticky: dict[int, StickySaved] = field(default_factory=dict)
+    requests: dict[tuple[str, str], int] = field(default_factory=dict)   # (sender, message id) -> seq
     answered: dict[int, list[str]] = field(default_factory=dict)
     deliveries: dict[tuple[int, str, str], StickyDelivery] = field(default_factory=dict)
     conversations: dict[tuple[str, str], ConversationSaved] = field(default_factory=dict)
@@ -87,7 +91,9 @@ class _Tables:
 
     def forget_entry(self, seq: int) -> None:
         """Delete an entry and its deliveries (deliveries may exist without the entry)."""
-        self.sticky.pop(seq, None)
+        saved = self.sticky.pop(seq, None)
+        if saved is not None:
+            self.requests.pop((saved.sender_id, saved.message_id), None)
         self.answered.pop(seq, None)
         for key in [key for key in self.deliveries if key[0] == seq]:
             del self.deliveries[key]
@@ -138,10 +144,23 @@ def _run_end(tables: _Tables, record: RunEnded) -> None:
     tables.runs.pop(record.run_id, None)
 
 
-def _sticky(tables: _Tables, record: StickySaved) -> None:
+def _sticky(tables: _Tables, record: StickySaved) -> StickyKept | None:
     if record.seq in tables.sticky:
         raise ValueError(f"sticky entry {record.seq} is already stored")
+    request = (record.sender_id, record.message_id)
+    held = tables.requests.get(request)
+    if held is not None:
+        return StickyKept(record, _row(tables, held))
     tables.sticky[record.seq] = dataclasses.replace(record, attachments=copy_payload(record.attachments))
+    tables.requests[request] = record.seq
+    return None
+
+
+def _row(tables: _Tables, seq: int) -> StickyRow:
+    """The entry ``seq`` as read back."""
+    saved = tables.sticky[seq]
+    return StickyRow(dataclasses.replace(saved, attachments=copy_payload(saved.attachments)),
+                     list(tables.answered.get(seq, [])))
 
 
 def _answered(tables: _Tables, record: StickyAnswered) -> None:
@@ -213,6 +232,21 @@ _WRITERS: dict[type, Callable[[_Tables, Any], None]] = {
 }
 
 
+def apply_each(records: Sequence[Record], writers: dict[type, Callable]) -> list:
+    """Write ``records`` in order with ``writers``; the records not written (see
+    :meth:`broker.core.records.Store.apply`). A writer returns False for a refused
+    claim, the :class:`StickyKept` that stands for its record, or anything else (None,
+    True) when it wrote."""
+    refused = []
+    for record in records:
+        outcome = writer_for(record, writers)(record)
+        if outcome is False:
+            refused.append(record)
+        elif outcome.__class__ is StickyKept:
+            refused.append(outcome)
+    return refused
+
+
 def writer_for(record: Record, writers: dict[type, Callable]) -> Callable:
     """The writer for ``record``'s type. Raises TypeError for anything not a record."""
     try:
@@ -230,14 +264,14 @@ class MemoryStore:
         self._closed = False
         self._grant_key = secrets.token_bytes(32)
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
-        """Apply ``records`` in order, all or none; returns the refused claims. Raises
-        TypeError for a value that is not a record or not encodable, ValueError for a
-        sticky seq already stored."""
+    def apply(self, records: Sequence[Record]) -> list[SessionClaimed | StickyKept]:
+        """Apply ``records`` in order, all or none; returns the records not written
+        (refused claims, entries kept already). Raises TypeError for a value that is
+        not a record or not encodable, ValueError for a sticky seq already stored."""
         self._check_open()
         staged = self._tables.copy()
-        refused = [record for record in records
-                   if writer_for(record, _WRITERS)(staged, record) is False]
+        writers = {cls: functools.partial(write, staged) for cls, write in _WRITERS.items()}
+        refused = apply_each(records, writers)
         self._tables = staged
         return refused
 
@@ -270,7 +304,7 @@ class MemoryStore:
                     run_ids.add(run.run_id)
                 else:
                     owners[run.run_id] = run.owner
-        runs, sticky, deliveries = self._runs(run_ids)
+        runs, sticky, deliveries = self._runs(run_ids, everything=owner is None)
         return Snapshot(
             identities=recent, runs=runs, sticky=sticky, deliveries=deliveries, owners=owners,
             conversations=list(tables.conversations.values()),
@@ -288,16 +322,16 @@ class MemoryStore:
         runs, sticky, deliveries = self._runs(run_ids)
         return Snapshot(runs=runs, sticky=sticky, deliveries=deliveries)
 
-    def _runs(self, run_ids: set[str]) -> tuple[list, list, list]:
-        """Copies of the runs ``run_ids``, their sticky entries and delivery states."""
+    def _runs(self, run_ids: set[str], everything: bool = False) -> tuple[list, list, list]:
+        """Copies of the runs ``run_ids``, their sticky entries and delivery states
+        (``everything``: every delivery state, even one whose entry is gone)."""
         tables = self._tables
         runs = [RunSaved(r.run_id, copy_payload(r.record), r.owner)
                 for r in tables.runs.values() if r.run_id in run_ids]
-        sticky = [StickyRow(dataclasses.replace(e, attachments=copy_payload(e.attachments)),
-                            list(tables.answered.get(seq, [])))
-                  for seq, e in sorted(tables.sticky.items()) if e.run_id in run_ids]
+        sticky = [_row(tables, seq) for seq, e in sorted(tables.sticky.items())
+                  if e.run_id in run_ids]
         seqs = {row.entry.seq for row in sticky}
-        deliveries = [d for d in tables.deliveries.values() if d.seq in seqs]
+        deliveries = [d for d in tables.deliveries.values() if everything or d.seq in seqs]
         return runs, sticky, deliveries
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:

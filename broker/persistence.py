@@ -12,6 +12,8 @@ The API the IO shell uses (every call from the shell's own thread)::
         report["code"]                                  # failed tickets' error code | None
         report["retained"], report["lost"]              # unwaited records kept / dropped
         report.get("refused", [])                       # tickets of claims refused
+        report.get("kept", [])                          # [ticket, StickyRow.fields()]: entries
+                                                        # whose request was stored already
         report["brokers"]                               # list of lease rows | None
     worker.submit([(None, READ_BROKERS)])               # ask for the rows alone
     worker.submit([(None, AdoptRuns(dead_broker_id))])  # take a dead broker's runs
@@ -78,7 +80,7 @@ import msgpack
 import zmq
 
 from .core.commands import AdoptRuns
-from .core.records import LeaseRenewed, Record, Snapshot, Store
+from .core.records import LeaseRenewed, Record, Snapshot, StickyKept, Store
 from .store import failure_code
 
 _WAKE = b"\x01"
@@ -265,10 +267,15 @@ class PersistenceWorker:
             self.records += len(records)
         report = self._report(tickets, [], None, None)
         if refused:
-            # Claims another live broker's session holds (records.SessionClaimed).
-            ids = {id(record) for record in refused}
+            # Claims another live broker's session holds (records.SessionClaimed), and
+            # entries whose request another write kept first (records.StickyKept).
+            kept = {id(r.saved): r.kept for r in refused if type(r) is StickyKept}
+            ids = {id(r) for r in refused if type(r) is not StickyKept}
             report["refused"] = [t for t, record in items if t is not None and id(record) in ids]
-            report["done"] = [t for t in tickets if t not in report["refused"]]
+            report["kept"] = [[t, kept[id(record)].fields()] for t, record in items
+                              if t is not None and id(record) in kept]
+            settled = set(report["refused"]) | {t for t, _ in report["kept"]}
+            report["done"] = [t for t in tickets if t not in settled]
         for dead in adoptions:
             try:
                 self._adopted.append((dead, self.store.adopt_runs(dead, self.broker_id)))

@@ -29,7 +29,7 @@ from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
 from .core.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend
-from .core.records import LeaseReleased, LeaseRenewed, Snapshot
+from .core.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
 from .curve import CurveError, CurveServer, exposed
 from .logs import get_logger
 from .persistence import READ_BROKERS, PersistenceWorker
@@ -374,6 +374,8 @@ class Broker:
                 commands.extend(engine.persisted(ticket, now, wall))
             for ticket in report.get("refused", ()):
                 commands.extend(engine.persist_failed(ticket, now, wall, "session_id_held"))
+            for ticket, fields in report.get("kept", ()):
+                commands.extend(engine.persist_kept(ticket, StickyRow.from_fields(fields), now, wall))
             for ticket in report["failed"]:
                 commands.extend(engine.persist_failed(ticket, now, wall, report["code"]))
 

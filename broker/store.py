@@ -43,9 +43,9 @@ from .core.records import (RECORD_TYPES, ConversationDeleted, ConversationSaved,
                            InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
                            RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
                            SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                           StickyRow, StickySaved)
+                           StickyKept, StickyRow, StickySaved)
 from . import store_sql as sql
-from .memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, writer_for
+from .memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, apply_each
 
 # The statements are in broker.store_sql; these names are the store's public ones.
 SCHEMA_VERSION = sql.SCHEMA_VERSION
@@ -252,16 +252,17 @@ class SqliteStore:
 
     # -- the Store interface -------------------------------------------------------------
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
+    def apply(self, records: Sequence[Record]) -> list[SessionClaimed | StickyKept]:
         """Apply ``records`` in order in one transaction: all become durable, or none;
-        returns the refused claims (see :class:`~broker.core.records.SessionClaimed`).
+        returns the records not written: refused claims (see
+        :class:`~broker.core.records.SessionClaimed`) and entries whose request is
+        stored already (:class:`~broker.core.records.StickyKept`).
 
         Raises TypeError for a value that is not a record or a payload msgpack cannot
         encode, apsw.ConstraintError for a sticky seq already stored, other apsw errors
         (disk full, busy past the timeout) as SQLite reports them."""
         with self.conn:
-            return [record for record in records
-                    if writer_for(record, self._writers)(record) is False]
+            return apply_each(records, self._writers)
 
     def load(self, owner: str | None = None, gone: Sequence[str] = ()) -> Snapshot:
         """The committed state, oldest first; forgets identities past the keep window.
@@ -284,7 +285,7 @@ class SqliteStore:
                     "owner": owner, "now": time.time(), "gone": json.dumps(list(gone))})]
                 owners = {row["run_id"]: row["owner"]
                           for row in _rows(conn, sql._RUN_OWNERS, {"owner": owner})}
-            runs, sticky, deliveries = self._runs(run_ids)
+            runs, sticky, deliveries = self._runs(run_ids, everything=owner is None)
             conversations = [ConversationSaved(**{**row, "remote": bool(row["remote"])})
                              for row in _rows(conn, sql._SELECT_CONVERSATIONS)]
             conn.execute(sql._PRUNE_INVOCATIONS, {"cutoff": time.time() - FINISHED_KEEP_S})
@@ -307,15 +308,16 @@ class SqliteStore:
             runs, sticky, deliveries = self._runs(run_ids)
         return Snapshot(runs=runs, sticky=sticky, deliveries=deliveries)
 
-    def _runs(self, run_ids: list[str]) -> tuple[list, list, list]:
-        if not run_ids:
-            return [], [], []
+    def _runs(self, run_ids: list[str], everything: bool = False) -> tuple[list, list, list]:
+        """The runs ``run_ids``, their sticky entries and delivery states
+        (``everything``: every delivery state, even one whose entry is gone)."""
         param = {"runs": json.dumps(run_ids)}
         conn = self.conn
         runs = [RunSaved(row["run_id"], _unpack(row["record"]), row["owner"])
-                for row in _rows(conn, sql._SELECT_RUNS, param)]
-        sticky = [_sticky_row(row) for row in _rows(conn, sql._SELECT_STICKY, param)]
-        deliveries = [StickyDelivery(**row) for row in _rows(conn, sql._SELECT_DELIVERIES, param)]
+                for row in _rows(conn, sql._SELECT_RUNS, param)] if run_ids else []
+        sticky = [_sticky_row(row) for row in _rows(conn, sql._SELECT_STICKY, param)] if run_ids else []
+        deliveries = [StickyDelivery(**row) for row in _rows(
+            conn, sql._SELECT_ALL_DELIVERIES if everything else sql._SELECT_DELIVERIES, param)]
         return runs, sticky, deliveries
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
@@ -360,8 +362,18 @@ class SqliteStore:
     def _run_end(self, record: RunEnded) -> None:
         self.conn.execute(sql._DELETE_RUN, _params(record))
 
-    def _sticky(self, record: StickySaved) -> None:
-        self.conn.execute(sql._INSERT_STICKY, _params(record, attachments=_pack(record.attachments)))
+    def _sticky(self, record: StickySaved) -> StickyKept | None:
+        conn = self.conn
+        conn.execute(sql._INSERT_STICKY, _params(record, attachments=_pack(record.attachments)))
+        if conn.changes():
+            return None
+        # The same request is an entry already (the insert did nothing): that one answers.
+        (row,) = _rows(conn, sql._SELECT_STICKY_REQUEST,
+                       {"sender_id": record.sender_id, "message_id": record.message_id})
+        # The request's conflict is looked at first: a seq stored too must still fail.
+        if next(_rows(conn, sql._STICKY_SEQ_TAKEN, {"seq": record.seq}), None) is not None:
+            raise apsw.ConstraintError(f"sticky entry {record.seq} is already stored")
+        return StickyKept(record, _sticky_row(row))
 
     def _answered(self, record: StickyAnswered) -> None:
         self.conn.execute(sql._ANSWER_STICKY, _params(record, delivered_to=_pack(record.delivered_to)))

@@ -6,7 +6,7 @@ migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
 Parameters are named after the fields of the records they write.
 """
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
@@ -86,6 +86,7 @@ CREATE TABLE IF NOT EXISTS sticky (
     delivered_to BLOB                  -- msgpack list of stage names; NULL: none recorded
 );
 CREATE INDEX IF NOT EXISTS sticky_run ON sticky (run_id);
+CREATE UNIQUE INDEX IF NOT EXISTS sticky_request ON sticky (sender_id, message_id);
 CREATE TABLE IF NOT EXISTS sticky_delivery (
     seq INTEGER NOT NULL,
     stage TEXT NOT NULL,
@@ -122,6 +123,20 @@ WHERE sticky.seq = ranked.seq;
     3: _AGENT_TABLES + _CLAIMS_TABLE,
     # Runs belong to a broker (broker.core.ownership); an old run has no owner yet.
     4: "ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '';",
+    # One entry per request store-wide (a resend to another broker is answered from the
+    # entry kept). Copies an older broker queued for one request are the bug this
+    # fixes: the first one stays, the later ones (and their delivery rows) go.
+    5: """
+DELETE FROM sticky_delivery WHERE seq IN (
+    SELECT later.seq FROM sticky AS later JOIN sticky AS first
+    ON first.sender_id = later.sender_id AND first.message_id = later.message_id
+       AND first.seq < later.seq);
+DELETE FROM sticky WHERE seq IN (
+    SELECT later.seq FROM sticky AS later JOIN sticky AS first
+    ON first.sender_id = later.sender_id AND first.message_id = later.message_id
+       AND first.seq < later.seq);
+CREATE UNIQUE INDEX IF NOT EXISTS sticky_request ON sticky (sender_id, message_id);
+""",
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -179,6 +194,7 @@ INSERT INTO sticky (seq, run_id, target, sender_id, sender_name, message_id, mes
                     attachments, sent_at, ack, position, not_in_known_set)
 VALUES (:seq, :run_id, :target, :sender_id, :sender_name, :message_id, :message,
         :attachments, :sent_at, :ack, :position, :not_in_known_set)
+ON CONFLICT (sender_id, message_id) DO NOTHING
 """
 _ANSWER_STICKY = "UPDATE sticky SET delivered_to = :delivered_to WHERE seq = :seq"
 _UPSERT_DELIVERY = """
@@ -236,11 +252,18 @@ SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachm
        sent_at, ack, position, not_in_known_set, delivered_to
 FROM sticky WHERE run_id IN (SELECT value FROM json_each(:runs)) ORDER BY seq
 """
+_SELECT_ALL_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
 _SELECT_DELIVERIES = """
 SELECT seq, stage, transcript, state, at FROM sticky_delivery
 WHERE seq IN (SELECT seq FROM sticky WHERE run_id IN (SELECT value FROM json_each(:runs)))
 ORDER BY rowid
 """
+_SELECT_STICKY_REQUEST = """
+SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments,
+       sent_at, ack, position, not_in_known_set, delivered_to
+FROM sticky WHERE sender_id = :sender_id AND message_id = :message_id
+"""
+_STICKY_SEQ_TAKEN = "SELECT 1 AS taken FROM sticky WHERE seq = :seq"
 _SELECT_CONVERSATIONS = """
 SELECT agent, channel, remote, last_active_at, session_id FROM conversations ORDER BY rowid
 """

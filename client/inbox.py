@@ -129,10 +129,13 @@ class Inbox(Waitable):
 
     def put_all(self, items: list[dict]) -> None:
         young, old = self._young, self._old
-        if any(msg.get("id") in young or msg.get("id") in old for msg in items):
+        ids = [msg.get("id") for msg in items]
+        # Copies may come in one batch too (a broker that read two copies of an entry
+        # back from its store hands both to a starting stage at once).
+        if len(set(ids)) != len(ids) or any(i in young or i in old for i in ids):
             items = [msg for msg in items if self._fresh(msg.get("id"))]
         else:
-            self._remember([msg.get("id") for msg in items])
+            self._remember(ids)
         self._added += sum(map(message_size, items))
         super().put_all(items)
 

@@ -84,6 +84,8 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     parent = state.registry.by_id.get(parent_id or "")
     stage = None
     if kind == STAGE and env.get("stage"):
+        if state.cluster.orphans:
+            ownership.hold(state, ownership.path_run(env["stage"]), now, identity, env)
         home, run, node = stage_home(state, env["stage"], env.get("group"), env.get("grant"), now)
         stage = (run, node)
     else:

@@ -18,7 +18,8 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from . import connect, conversations, grants, hosting, invoking, membership, messaging, stages
+from . import (connect, conversations, grants, hosting, invoking, membership, messaging, ownership,
+               stages)
 from .recovery import recovery
 from .respond import respond
 from .params import tool_params
@@ -142,6 +143,8 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
         if route.needs_id and re is None:
             raise BusError("bad_envelope", detail=route.needs_id)
         route.handler(state, session, env, re, now)
+    except ownership.Parked:
+        return          # it waits for a dead broker's run to be adopted, then runs again
     except BusError as error:
         if re is None and kind.__class__ is str and kind in _UNANSWERED:
             state.stats[f"dropped.{error.code}"] += 1

@@ -42,7 +42,7 @@ from .commands import Answer, Command
 from .invocations import RESTARTED, RESTARTED_TEXT, Job
 from .dispatch import handle
 from .outbox import render
-from .records import InvocationState, Snapshot
+from .records import InvocationState, Snapshot, StickyRow
 from .sessions import Registry
 from .state import IdentityRecord, Limits, State
 from .sticky import SEQ_TAG_BITS
@@ -170,10 +170,13 @@ class Engine:
         already connected here (it failed over first) takes its runs back at once."""
         state = self.state
         state.wall = now if wall is None else wall
-        for run in ownership.adopted(state, dead, snapshot, now):
+        runs, parked = ownership.adopted(state, dead, snapshot, now)
+        for run in runs:
             host = state.registry.by_id.get(run.last_host_id or "")
             if host is not None and host.broker is None:
                 stages.host_returned(state, host)
+        for identity, env in parked:
+            handle(state, identity, env, now)       # waited for the run: it is here now
         return self._flush()
 
     def stopping(self, now: float, wall: float | None = None) -> list[Command]:
@@ -237,6 +240,20 @@ class Engine:
         self.state.stats["persist.failed"] += 1
         if callbacks is not None and callbacks[1] is not None:
             callbacks[1](now, BusError(code))
+        return self._flush()
+
+    def persist_kept(self, ticket: int, kept: StickyRow, now: float,
+                     wall: float | None = None) -> list[Command]:
+        """A sticky entry asked for with ``ticket`` was not written: the store holds
+        the same request already (``kept``, written by this broker or another)."""
+        self.state.wall = now if wall is None else wall
+        callbacks = self.state.tickets.pop(ticket, None)
+        self.state.stats["persist.kept"] += 1
+        if callbacks is not None:
+            if callbacks[2] is not None:
+                callbacks[2](now, kept)
+            elif callbacks[1] is not None:   # nothing else is ever kept: a bug
+                callbacks[1](now, BusError("internal_error"))
         return self._flush()
 
     def next_deadline(self) -> float:

@@ -48,7 +48,7 @@ def forward(state: State, session: Session, to: object, env: dict, ids: list,
         broker_id = run_owner(state, to)
         if broker_id is not None:
             return _hand(state, session, broker_id, to, env, ids)
-        return _moving(state, session, to, ids, now)
+        return _moving(state, session, to, env, ids, now)
     try:
         target = resolve_target(state, session, to)
     except BusError:
@@ -72,17 +72,20 @@ def run_owner(state: State, to: str) -> str | None:
     return host.broker if host is not None else None
 
 
-def _moving(state: State, session: Session, to: str, ids: list, now: float) -> bool:
-    """A path to an orphan run (its broker died, not adopted yet): refused for now."""
-    if not state.cluster.orphans or parse_path(to).run_id in state.runs:
-        return False
-    error = ownership.wanted(state, parse_path(to).run_id, now)
-    if error is None:
-        return False
-    for request_id in ids:
-        if request_id.__class__ is str:
-            state.answer(session, request_id, error)
-    return True
+def _moving(state: State, session: Session, to: str, env: dict, ids: list,
+            now: float) -> bool:
+    """A path to an orphan run (its broker died, not adopted yet): the request waits
+    for the adoption (raises ownership.Parked); False for any other path."""
+    run_id = ownership.path_run(to) if state.cluster.orphans else None
+    if run_id is not None and run_id not in state.runs:
+        try:
+            ownership.hold(state, run_id, now, session.identity, env)
+        except BusError as error:         # too many waiting: this one is refused
+            for request_id in ids:
+                if request_id.__class__ is str:
+                    state.answer(session, request_id, error)
+            return True
+    return False
 
 
 def to_broker(state: State, session: Session, target: Session, env: dict, ids: list,

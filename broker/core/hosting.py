@@ -41,7 +41,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
         raise BusError("invalid_params", detail="lateRouter must be true or false")
     run = state.runs.get(run_id)
     if run is None:
-        _not_elsewhere(state, run_id, now)
+        _not_elsewhere(state, run_id, now, session, env)
     if run is not None:
         if run.host_id not in (None, session.id):
             raise BusError("not_run_host", run_id=run_id)
@@ -77,7 +77,7 @@ def take_over(state: State, session: Session, env: dict, now: float) -> dict[str
     invalid_grant | too_many_runs | too_many_groups)."""
     run = state.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
     if run is None:
-        _not_elsewhere(state, env.get("runId"), now)
+        _not_elsewhere(state, env.get("runId"), now, session, env)
         raise BusError("unknown_run", run_id=env.get("runId"))
     if run.host_id is not None and run.host_id != session.id:
         raise BusError("not_run_host", run_id=run.run_id)
@@ -201,13 +201,13 @@ def end_run(state: State, session: Session, env: dict, now: float) -> dict[str, 
     return {"runId": run.run_id, "ended": True, "undeliverable": undeliverable}
 
 
-def _not_elsewhere(state: State, run_id: object, now: float) -> None:
-    """Raises BusError(run_elsewhere | run_moving) for a run another broker owns or
-    is about to own (see broker.core.ownership)."""
+def _not_elsewhere(state: State, run_id: object, now: float, session: Session,
+                   env: dict) -> None:
+    """For a run another broker owns: raises BusError(run_elsewhere). For a dead
+    broker's run not adopted yet: the request waits (ownership.Parked)."""
     ownership.check_here(state, run_id)
-    error = ownership.wanted(state, run_id, now)
-    if error is not None:
-        raise error
+    if state.cluster.orphans:
+        ownership.hold(state, run_id, now, session.identity, env)
 
 
 def hosted(state: State, session: Session, env: dict) -> Run:

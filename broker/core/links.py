@@ -192,12 +192,17 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
     mirrors_gone = [sid for sid in peer.mirrors if sid not in held]
     _presence(state, peer, {"sessions": rows, "gone": mirrors_gone}, now)
     runs = env.get("runs") or []
-    ownership.told(state, peer, runs, [r for r, b in cluster.run_owners.items()
-                                       if b == broker_id and r not in set(runs)])
+    _told(state, peer, runs, [r for r, b in cluster.run_owners.items()
+                              if b == broker_id and r not in set(runs)], now)
 
 
 def _runs(state: State, peer: Peer, env: dict, now: float) -> None:
-    ownership.told(state, peer, env["owned"], env["dropped"])
+    _told(state, peer, env["owned"], env["dropped"], now)
+
+
+def _told(state: State, peer: Peer, owned: list, dropped: list, now: float) -> None:
+    for identity, request in ownership.told(state, peer, owned, dropped):
+        handle(state, identity, request, now)      # waited for the run: it has an owner
 
 
 def _presence(state: State, peer: Peer, env: dict, now: float) -> None:

@@ -9,8 +9,10 @@ this broker hear about sessions on X in-band, and this broker's PUB publishes it
 events addressed to mirrors are dropped on the way out (X tells its own sessions).
 
 Invariants: a mirror is never mistaken for a local session (``broker`` is set, its
-identity is a mirror identity); a row naming an id that a local session holds means
-that session's client moved to X with its reclaim secret, so the local one leaves.
+identity is a mirror identity); its ``list`` row is the one its broker shows (a
+stage session's ``stage`` included, from the row: the binding stays on its broker);
+a row naming an id that a local session holds means that session's client moved to
+X with its reclaim secret, so the local one leaves.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
         reply_capability=str(row.get("replyCapability") or LIVE),
         # Connection order across brokers: its wall-clock start, on this broker's clock.
         connected_at=now - max(0.0, state.wall - connected_wall), connected_wall=connected_wall,
-        last_seen_at=now, peer=f"link:{peer.broker_id}", broker=peer.broker_id)
+        last_seen_at=now, peer=f"link:{peer.broker_id}", broker=peer.broker_id,
+        mirrored_stage=_stage(row))
     state.registry.add(session)
     state.cluster.remote[session.id] = session
     token_hash = row.get("tokenHash")
@@ -83,8 +86,16 @@ def _update(state: State, session: Session, row: dict[str, Any]) -> None:
         membership_changed(state, session, before, set(session.groups))
     status, suffix = row.get("status") or IDLE, row.get("statusSuffix")
     capability = row.get("replyCapability") or LIVE
-    if (status, suffix, capability) != (session.status, session.status_suffix,
-                                        session.reply_capability):
+    stage = _stage(row)
+    if (status, suffix, capability, stage) != (session.status, session.status_suffix,
+                                               session.reply_capability, session.mirrored_stage):
         session.status, session.status_suffix = str(status), suffix
         session.reply_capability = str(capability)
+        session.mirrored_stage = stage
         status_changed(state, session)
+
+
+def _stage(row: dict[str, Any]) -> str | None:
+    """The stage path a row names (its broker checked the binding), if any."""
+    stage = row.get("stage")
+    return stage if isinstance(stage, str) and stage else None

@@ -16,8 +16,8 @@ hands over its sticky entries; every other broker knows only *who* owns it
   stage) fails over to asks the store to move them to itself (``AdoptRuns``), so runs
   follow their clients; past :data:`ADOPT_GRACE_S` any broker asks. The store gives
   each run to exactly one asker, which loads it (:func:`take`) with its sticky
-  entries and tells the others; a request for an orphan meanwhile is refused
-  ``run_moving`` (with this broker's endpoint: the client says hello again). The run
+  entries and tells the others; a request for an orphan meanwhile waits for that
+  (:func:`hold`) and is then handled again, here or forwarded to the adopter. The run
   then behaves as after a restart of its broker: its host holds a fresh lease.
 * At start a broker takes the runs no live broker owns (:meth:`broker.store.SqliteStore.load`).
 
@@ -28,13 +28,12 @@ that fails (the store unavailable) is asked again until it succeeds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from schemas.errors import BusError
 
 from .cluster import Peer
 from .commands import AdoptRuns
-from .dedup import fingerprint
 from .paths import parse_path
 from .records import RunSaved, Snapshot, StickyDelivery
 from .runs import Run
@@ -46,6 +45,7 @@ ADOPT_RETRY_S = 5.0      # an adoption not answered this long is asked again
 # broker, which then adopts them, before any broker does: a client moves within a
 # few seconds of its broker's death (its liveness window and one failover step).
 ADOPT_GRACE_S = 10.0
+MAX_PARKED = 1024        # requests waiting for one dead broker's runs; then run_moving
 
 
 @dataclass(slots=True)
@@ -55,6 +55,7 @@ class Orphans:
     adopt_at: float
     hosts: dict[str, str | None]
     asked_at: float | None = None
+    parked: list = field(default_factory=list)    # (identity, envelope) waiting for them
 
 
 def saved(state: State, run: Run) -> RunSaved:
@@ -89,19 +90,25 @@ def ended(state: State, run_id: str) -> None:
     state.cluster.runs_changed[run_id] = False
 
 
-def told(state: State, peer: Peer, owned: list, dropped: list) -> None:
-    """``peer`` says it owns the runs ``owned`` and no longer owns ``dropped``."""
+def told(state: State, peer: Peer, owned: list, dropped: list) -> list:
+    """``peer`` says it owns the runs ``owned`` and no longer owns ``dropped``.
+    Returns the requests that waited for those runs, to handle again."""
     owners = state.cluster.run_owners
-    state.cluster.orphans.pop(peer.broker_id, None)   # it speaks: it is not dead
+    again: list = []
+    alive = state.cluster.orphans.pop(peer.broker_id, None)   # it speaks: not dead
+    if alive is not None:
+        again += alive.parked
     for orphans in state.cluster.orphans.values():
-        for run_id in owned:
-            orphans.hosts.pop(run_id, None)           # adopted by ``peer``
+        if any(orphans.hosts.pop(r, False) is not False for r in owned if r.__class__ is str):
+            again += orphans.parked                   # adopted by ``peer``: ask there
+            orphans.parked = []
     for run_id in dropped:
         if run_id.__class__ is str and owners.get(run_id) == peer.broker_id:
             del owners[run_id]
     for run_id in owned:
         if run_id.__class__ is str and run_id not in state.runs:
             owners[run_id] = peer.broker_id
+    return again
 
 
 def peer_gone(state: State, peer: Peer, now: float) -> None:
@@ -119,14 +126,32 @@ def peer_gone(state: State, peer: Peer, now: float) -> None:
     state.cluster.orphans[peer.broker_id] = Orphans(now + ADOPT_GRACE_S, hosts)
 
 
-def wanted(state: State, run_id: object, now: float) -> BusError | None:
-    """A request here needs ``run_id``: if it is an orphan, its adoption is asked now,
-    and the refusal for the request is returned (``run_moving``: try again soon)."""
+def path_run(text: object) -> str | None:
+    """The run id of a ``workflow:`` path; None for anything else."""
+    try:
+        return parse_path(text).run_id if text.__class__ is str else None
+    except BusError:
+        return None
+
+
+class Parked(Exception):
+    """The request waits for an adoption (see :func:`hold`); nothing answers it now."""
+
+
+def hold(state: State, run_id: object, now: float, identity: bytes, env: dict) -> None:
+    """A request (``env`` from ``identity``) needs ``run_id``: if it is an orphan, its
+    adoption is asked now and the request waits for it, to be handled again once the
+    run has an owner (here or elsewhere).
+
+    Raises Parked, or BusError(run_moving) when too many requests wait already."""
     for dead, orphans in state.cluster.orphans.items():
         if run_id in orphans.hosts:
             _ask(state, dead, orphans, now)
-            return BusError("run_moving", run_id=run_id, endpoint=state.cluster.endpoint)
-    return None
+            if len(orphans.parked) >= MAX_PARKED:
+                raise BusError("run_moving", run_id=run_id, endpoint=state.cluster.endpoint)
+            orphans.parked.append((identity, env))
+            state.stats["runs.parked"] += 1
+            raise Parked()
 
 
 def arrived(state: State, session_id: str, now: float) -> None:
@@ -151,17 +176,24 @@ def _ask(state: State, dead: str, orphans: "Orphans", now: float) -> None:
     state.out.append(AdoptRuns(dead))
 
 
-def adopted(state: State, dead: str, snapshot: Snapshot | None, now: float) -> list[Run]:
-    """The store's answer to ``AdoptRuns(dead)``: None when it failed (asked again)."""
+def adopted(state: State, dead: str, snapshot: Snapshot | None,
+            now: float) -> tuple[list[Run], list]:
+    """The store's answer to ``AdoptRuns(dead)`` (None: it failed, and is asked again;
+    the requests waiting are refused ``run_moving`` meanwhile). Returns the runs taken
+    and the requests to handle again."""
     orphans = state.cluster.orphans.get(dead)
     if snapshot is None:
         if orphans is not None:
             orphans.adopt_at = now + ADOPT_RETRY_S
-        return []
+            for identity, env in orphans.parked:
+                state.answer(identity, env.get("id"), BusError(
+                    "run_moving", run_id=env.get("runId"), endpoint=state.cluster.endpoint))
+            orphans.parked = []
+        return [], []
     state.cluster.orphans.pop(dead, None)
     runs = take(state, snapshot)
     state.stats["runs.adopted"] += len(runs)
-    return runs
+    return runs, orphans.parked if orphans is not None else []
 
 
 def take(state: State, snapshot: Snapshot) -> list[Run]:
@@ -193,9 +225,8 @@ def take(state: State, snapshot: Snapshot) -> list[Run]:
         _delivered(by_seq, delivery)
     for entry in by_seq.values():
         # A sender retrying a queued send after the restart gets the same answer.
-        state.ids.record(entry.message_id, entry.sender_id,
-                         fingerprint("send", str(entry.target), entry.message, None,
-                                     entry.attachments), entry.answer())
+        state.ids.record(entry.message_id, entry.sender_id, entry.fingerprint(),
+                         entry.answer())
     for run_id, broker_id in snapshot.owners.items():
         if run_id not in state.runs:
             state.cluster.run_owners[run_id] = broker_id

@@ -8,6 +8,11 @@ the entry, so a retry after a restart is told exactly what it was told first. It
 ``target`` echoes the path as the sender spelled it; its position is the place in
 the one queue that every spelling of a known stage shares (:func:`queue_key`).
 
+One entry per request, store-wide: a resend of a send another broker (or this one,
+before a restart) already committed finds that entry in the store, which writes
+nothing, and gets the first answer (:func:`kept_answer`). So a client that fails
+over to another broker while a ``queued`` answer was on its way queues nothing twice.
+
 Cost: a literal path is looked up through the run's per-level spelling index, so a
 send costs O(path length) whatever the number of stages; a pattern is matched
 against every stage, as its meaning requires. The first send after the run's tree
@@ -27,11 +32,11 @@ from .authority import run_for
 from .commands import Send
 from .delivery import deliver
 from .paths import WorkflowPath, matches, parse_path
-from .records import StickyAnswered, StickyDelivery
+from .records import StickyAnswered, StickyDelivery, StickyRow
 from .runs import Node, Run
 from .sessions import Session
 from .state import State
-from .sticky import Entry, entry_size, undeliverable_fields
+from .sticky import Entry, entry_from_row, entry_size, undeliverable_fields
 
 
 def send(state: State, session: Session, to: str, re: str, message: str, attachments: list,
@@ -90,8 +95,38 @@ def send(state: State, session: Session, to: str, re: str, message: str, attachm
         state.sticky.release(entry)
         _settle(state, session.id, re, error)
 
-    state.persist(entry.record(), committed, failed)
+    def kept(at: float, row: StickyRow) -> None:
+        state.sticky.release(entry)
+        _settle(state, session.id, re, kept_answer(state, entry, row))
+
+    state.persist(entry.record(), committed, failed, kept)
     return None
+
+
+def kept_answer(state: State, entry: Entry, row: StickyRow) -> dict[str, Any] | BusError:
+    """The answer to ``entry``'s send when the store already holds an entry for the
+    same request (``row``): a resend whose first answer was lost with its broker, or
+    whose first broker's memory is gone. It is told exactly what the first send was
+    told, and nothing is queued again; the same id used for another message is
+    refused. An entry this broker did not know (another broker wrote it) is taken
+    into its run's queue here, so it is delivered like any other."""
+    first = state.sticky.by_message.get(row.entry.message_id)
+    if first is None or first.seq != row.entry.seq:
+        first = _adopt(state, row)
+    if str(first.target) != str(entry.target) or first.fingerprint() != entry.fingerprint():
+        return BusError("message_id_conflict", id=entry.message_id)
+    return first.answer()
+
+
+def _adopt(state: State, row: StickyRow) -> Entry:
+    """The entry of ``row``, retained in its run's queue if this broker holds the run."""
+    target = parse_path(row.entry.target)
+    first = entry_from_row(row, target)
+    run = state.runs.get(first.run_id)
+    if run is not None:
+        first.key = queue_key(run, target)
+        state.sticky.add(first)
+    return first
 
 
 def resolve_ask(state: State, session: Session, to: str) -> Session:

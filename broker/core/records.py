@@ -21,7 +21,7 @@ brokers" section for what each operation must guarantee across hosts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields as fields_of
 from typing import Any, Protocol, Sequence
 
 
@@ -220,6 +220,26 @@ class StickyRow:
     entry: StickySaved
     delivered_to: list[str] = field(default_factory=list)
 
+    def fields(self) -> dict[str, Any]:
+        """Plain values (for the persistence worker's report); :meth:`from_fields` back."""
+        return {"entry": {f.name: getattr(self.entry, f.name) for f in fields_of(StickySaved)},
+                "delivered_to": list(self.delivered_to)}
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> StickyRow:
+        return cls(StickySaved(**fields["entry"]), list(fields["delivered_to"]))
+
+
+@dataclass(frozen=True, slots=True)
+class StickyKept:
+    """A :class:`StickySaved` the store did not write, because the same request (its
+    sender id and message id) is an entry kept already, whichever broker wrote it:
+    ``kept`` is that entry as stored. Not an error: the rest of the batch is written,
+    and :meth:`Store.apply` returns it, so the sender is told the first outcome."""
+
+    saved: StickySaved
+    kept: StickyRow
+
 
 @dataclass(slots=True)
 class Snapshot:
@@ -246,11 +266,12 @@ class Store(Protocol):
     networked database next. Implementations need not be thread-safe: one thread
     (the persistence worker) uses a store at a time."""
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
+    def apply(self, records: Sequence[Record]) -> list[SessionClaimed | StickyKept]:
         """Make every record durable in one transaction, or none of them (raise).
 
-        Returns the claims refused (see :class:`SessionClaimed`); they are not an error
-        and the rest of the batch is kept."""
+        Returns the records not written, which are not an error (the rest of the batch
+        is kept): the claims refused (see :class:`SessionClaimed`) and, for each
+        entry whose request is stored already, a :class:`StickyKept`."""
 
     def load(self) -> Snapshot:
         """What the engine restores from, as committed."""

@@ -54,12 +54,14 @@ class Session:
     last_seen_at: float = 0.0               # monotonic: liveness
     peer: str = ""                          # who connected it (see Limits.max_sessions_per_connection)
     broker: str | None = None               # the broker holding it when not this one (a mirror)
+    mirrored_stage: str | None = None       # a mirror's stage path (its broker holds the binding)
     sent_bytes: int = 0                     # written to its connection (broker.core.backlog)
     read_bytes: int = 0                     # of which its client reported read
 
     @property
     def stage(self) -> str | None:
-        return self.binding.path if self.binding else None
+        """The canonical path of the stage it is bound to, here or on its broker."""
+        return self.binding.path if self.binding else self.mirrored_stage
 
     @property
     def prefix(self) -> str:

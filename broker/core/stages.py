@@ -43,7 +43,7 @@ def stage_home(state: State, stage: str, group: str | None, grant: object,
     run = state.runs.get(path.run_id)
     if run is None:
         ownership.check_here(state, path.run_id)
-        raise ownership.wanted(state, path.run_id, now) or BusError("unknown_run", run_id=path.run_id)
+        raise BusError("unknown_run", run_id=path.run_id)
     # The exact name path first: an id elsewhere in the tree may spell the same segments.
     node = run.by_key.get("/".join(path.segments)) or node_at(run, path)
     if node is None:

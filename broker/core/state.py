@@ -10,7 +10,7 @@ Invariants:
 * ``out`` holds the commands of the input being handled, in order; the engine
   renders and empties it when the input is done;
 * a durable write that someone waits for has exactly one entry in ``tickets`` until
-  the store reports it committed or failed;
+  the store reports it committed, failed, or (a sticky entry) kept already;
 * ``wall`` is the wall-clock time of the current input (for ``sentAt`` and records
   people read); every deadline and liveness check uses the monotonic ``now``.
 """
@@ -32,7 +32,7 @@ from .cluster import Cluster
 from .commands import Answer, Command, Persist
 from .dedup import MessageIds
 from .invocations import InvocationTable
-from .records import Record
+from .records import Record, StickyRow
 from .runs import Run
 from .sessions import Registry, Session
 from .sticky import StickyQueues
@@ -69,6 +69,7 @@ class IdentityRecord:
 
 OnDone = Callable[[float], None]
 OnFailed = Callable[[float, BusError], None]   # with the refusal the write's waiter gets
+OnKept = Callable[[float, StickyRow], None]    # the same request is an entry kept already
 
 
 @dataclass(eq=False)
@@ -102,7 +103,7 @@ class State:
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)
     internal_errors: list[Exception] = field(default_factory=list)
-    tickets: dict[int, tuple[OnDone, OnFailed | None]] = field(default_factory=dict)
+    tickets: dict[int, tuple[OnDone, OnFailed | None, OnKept | None]] = field(default_factory=dict)
     next_ticket: int = 0
     wall: float = 0.0
     grant_key: bytes = b""            # see broker.core.grants; set from the store at start
@@ -129,14 +130,16 @@ class State:
             self.answer(to, re, value)
 
     def persist(self, record: Record, on_durable: OnDone | None = None,
-                on_failed: OnFailed | None = None) -> None:
+                on_failed: OnFailed | None = None, on_kept: OnKept | None = None) -> None:
         """Queue a store write; ``on_durable`` runs once it is committed, ``on_failed``
-        if the commit fails (with ``store_unavailable`` or ``internal_error``)."""
+        if the commit fails (with ``store_unavailable`` or ``internal_error``),
+        ``on_kept`` if the store wrote nothing because it holds the same request
+        (a sticky entry, see :class:`~broker.core.records.StickyKept`)."""
         if on_durable is None:
             self.out.append(Persist(record))
             return
         self.next_ticket += 1
-        self.tickets[self.next_ticket] = (on_durable, on_failed)
+        self.tickets[self.next_ticket] = (on_durable, on_failed, on_kept)
         self.out.append(Persist(record, self.next_ticket))
 
     def recent_for(self, session: Session) -> RecentMap[str, str]:

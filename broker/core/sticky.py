@@ -37,6 +37,7 @@ from schemas.errors import BusError
 from schemas.limits import QUEUED_PER_TARGET
 from schemas.names import ACKED, SENT, UNDELIVERABLE
 
+from .dedup import fingerprint
 from .paths import WorkflowPath, matches
 from .records import StickyDelivery, StickyRow, StickySaved
 from .runs import Node, Run
@@ -73,6 +74,10 @@ class Entry:
         return StickySaved(self.seq, self.run_id, str(self.target), self.sender_id,
                            self.sender_name, self.message_id, self.message, self.attachments,
                            self.sent_at, self.ack, self.position, self.not_in_known_set)
+
+    def fingerprint(self) -> int:
+        """The dedup fingerprint of the send that queued it (broker.core.dedup)."""
+        return fingerprint("send", str(self.target), self.message, None, self.attachments)
 
     def answer(self) -> dict[str, Any]:
         """What its sender was told once it was committed (and is told on a retry)."""

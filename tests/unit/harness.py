@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 from broker.core import Engine, Limits, Persist, Publish, Send
+from broker.core.records import StickyKept
 from broker.memory_store import MemoryStore
 from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
@@ -84,12 +85,17 @@ class Bus:
     def commit(self) -> list:
         """The store commits every write asked for so far and reports it durable."""
         out = []
-        refused = {id(record) for record in self.store.apply(self.written)}
+        not_written = self.store.apply(self.written)
+        kept = {id(r.saved): r.kept for r in not_written if isinstance(r, StickyKept)}
+        refused = {id(r) for r in not_written if not isinstance(r, StickyKept)}
         self.written = []
         tickets, self.uncommitted = self.uncommitted, []
         for ticket in tickets:
-            if id(self._waited.pop(ticket, None)) in refused:   # a claim another broker holds
+            record = self._waited.pop(ticket, None)
+            if id(record) in refused:   # a claim another broker holds
                 out += self._track(self.engine.persist_failed(ticket, self.now, code="session_id_held"))
+            elif id(record) in kept:    # the same request is an entry already
+                out += self._track(self.engine.persist_kept(ticket, kept[id(record)], self.now))
             else:
                 out += self._track(self.engine.persisted(ticket, self.now))
         self.store.apply(self.written)

@@ -68,17 +68,17 @@ def test_a_stopped_brokers_runs_are_adopted_where_their_host_arrives():
     pair.a.engine.state.wall = pair.a.now
     bye = pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
     assert not any(isinstance(c, AdoptRuns) for c in bye)        # it waits for the host
-    answer = bob_sends(pair, "m4", "early")
-    assert answer["code"] == "run_moving"                         # and asks the store now
-    asked = [c for c in pair.seen[pair.b] if isinstance(c, AdoptRuns)]
-    assert asked == [AdoptRuns("ba")]
-    pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now)
+    out = pair.call(pair.b, b"bob", "send", "m4", to=PLAN, message="early")
+    assert out == [AdoptRuns("ba")]          # the store is asked now; the send waits
+    pair.b._track(pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now))
+    answer = result_for(pair.b.commit(), b"bob", "m4")      # handled again, committed
+    assert (answer["queued"], answer["position"]) == (True, 2)    # after the kept one
     assert RUN in pair.b.engine.state.runs and pair.b.engine.cluster.orphans == {}
-    assert [e.message for e in pair.b.engine.state.sticky.entries(RUN)] == ["kept"]
+    assert [e.message for e in pair.b.engine.state.sticky.entries(RUN)] == ["kept", "early"]
     run = pair.b.engine.state.runs[RUN]
     assert (run.host_id, run.last_host_id) == (None, host_id)      # leased, for its host
     answer = bob_sends(pair, "m5", "after")
-    assert (answer["queued"], answer["position"]) == (True, 2)
+    assert (answer["queued"], answer["position"]) == (True, 3)
 
 
 def test_an_adoption_the_store_failed_is_asked_again():
