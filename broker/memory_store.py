@@ -29,7 +29,8 @@ Semantics (the SQLite store keeps the same ones):
   ``ConversationDeleted`` deletes the conversation, its recovery row and its queued
   (not started) invocations;
 * ``InvocationSaved`` inserts (an id already stored fails the batch);
-  ``InvocationState`` sets a job's state (no job: nothing happens); ``load`` returns
+  ``InvocationState`` sets a job's state (no job: nothing happens), except that a
+  move to ``started`` of a job not queued (or unknown) is refused; ``load`` returns
   the unfinished jobs (queued, started) by first save, and forgets finished ones
   older than :data:`FINISHED_KEEP_S`;
 * ``RecoverySaved`` upserts by (agent, channel) (drafts are a payload);
@@ -177,8 +178,10 @@ def _invocation(tables: _Tables, record: InvocationSaved) -> None:
     tables.invocations[record.id] = (record, record.created_at)
 
 
-def _invocation_state(tables: _Tables, record: InvocationState) -> None:
+def _invocation_state(tables: _Tables, record: InvocationState) -> bool | None:
     held = tables.invocations.get(record.id)
+    if record.state == "started" and (held is None or held[0].state != "queued"):
+        return False                      # refused: not queued (any more)
     if held is not None:
         tables.invocations[record.id] = (dataclasses.replace(held[0], state=record.state), record.at)
 
@@ -230,8 +233,8 @@ class MemoryStore:
         self._closed = False
         self._grant_key = secrets.token_bytes(32)
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
-        """Apply ``records`` in order, all or none; returns the refused claims. Raises
+    def apply(self, records: Sequence[Record]) -> list[Record]:
+        """Apply ``records`` in order, all or none; returns the refused records. Raises
         TypeError for a value that is not a record or not encodable, ValueError for a
         sticky seq already stored."""
         self._check_open()

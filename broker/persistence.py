@@ -11,7 +11,7 @@ The API the IO shell uses (every call from the shell's own thread)::
         report["error"]                                 # str | None
         report["code"]                                  # failed tickets' error code | None
         report["retained"], report["lost"]              # unwaited records kept / dropped
-        report.get("refused", [])                       # tickets of claims refused
+        report.get("refused", [])                       # [ticket, code] of records refused
         report["brokers"]                               # list of lease rows | None
     worker.submit([(None, READ_BROKERS)])               # ask for the rows alone
     worker.stop(release=LeaseReleased(broker_id))       # safe to call twice
@@ -70,7 +70,7 @@ from typing import Any
 import msgpack
 import zmq
 
-from .core.records import LeaseRenewed, Record, Store
+from .core.records import LeaseRenewed, Record, Store, refusal_code
 from .store import failure_code
 
 _WAKE = b"\x01"
@@ -244,10 +244,13 @@ class PersistenceWorker:
             self.records += len(records)
         report = self._report(tickets, [], None, None)
         if refused:
-            # Claims another live broker's session holds (records.SessionClaimed).
+            # Claims another live broker's session holds (records.SessionClaimed), and
+            # hand-overs of jobs another broker started (records.InvocationState).
             ids = {id(record) for record in refused}
-            report["refused"] = [t for t, record in items if t is not None and id(record) in ids]
-            report["done"] = [t for t in tickets if t not in report["refused"]]
+            report["refused"] = [[t, refusal_code(record)] for t, record in items
+                                 if t is not None and id(record) in ids]
+            taken = {t for t, _ in report["refused"]}
+            report["done"] = [t for t in tickets if t not in taken]
         if wants_brokers:
             try:
                 report["brokers"] = [

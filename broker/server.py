@@ -369,8 +369,8 @@ class Broker:
                 commands.extend(engine.brokers_read(report["brokers"], now, wall))
             for ticket in report["done"]:
                 commands.extend(engine.persisted(ticket, now, wall))
-            for ticket in report.get("refused", ()):
-                commands.extend(engine.persist_failed(ticket, now, wall, "session_id_held"))
+            for ticket, code in report.get("refused", ()):
+                commands.extend(engine.persist_failed(ticket, now, wall, code))
             for ticket in report["failed"]:
                 commands.extend(engine.persist_failed(ticket, now, wall, report["code"]))
 

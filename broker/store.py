@@ -232,9 +232,10 @@ class SqliteStore:
 
     # -- the Store interface -------------------------------------------------------------
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
+    def apply(self, records: Sequence[Record]) -> list[Record]:
         """Apply ``records`` in order in one transaction: all become durable, or none;
-        returns the refused claims (see :class:`~broker.core.records.SessionClaimed`).
+        returns the refused records (see :class:`~broker.core.records.SessionClaimed`
+        and :class:`~broker.core.records.InvocationState`).
 
         Raises TypeError for a value that is not a record or a payload msgpack cannot
         encode, apsw.ConstraintError for a sticky seq already stored, other apsw errors
@@ -331,8 +332,12 @@ class SqliteStore:
     def _invocation(self, record: InvocationSaved) -> None:
         self.conn.execute(sql._INSERT_INVOCATION, _params(record))
 
-    def _invocation_state(self, record: InvocationState) -> None:
-        self.conn.execute(sql._INVOCATION_STATE, _params(record))
+    def _invocation_state(self, record: InvocationState) -> bool | None:
+        if record.state != "started":
+            self.conn.execute(sql._INVOCATION_STATE, _params(record))
+            return None
+        self.conn.execute(sql._START_INVOCATION, _params(record))
+        return self.conn.changes() == 1        # False: refused, not queued any more
 
     def _recovery(self, record: RecoverySaved) -> None:
         self.conn.execute(sql._UPSERT_RECOVERY, _params(record, drafts=_pack(record.drafts)))

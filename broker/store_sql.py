@@ -195,6 +195,11 @@ VALUES (:id, :agent, :channel, :from_channel, :reason, :created_at, :request, :s
 _INVOCATION_STATE = """
 UPDATE invocations SET state = :state, updated_at = :at, error = :error WHERE id = :id
 """
+# The hand-over's compare-and-set: one statement under the write lock (InvocationState).
+_START_INVOCATION = """
+UPDATE invocations SET state = :state, updated_at = :at, error = :error
+WHERE id = :id AND state = 'queued'
+"""
 _UPSERT_RECOVERY = """
 INSERT INTO response_recovery (agent, channel, turn, drafts, outcome, updated_at)
 VALUES (:agent, :channel, :turn, :drafts, :outcome, :at)

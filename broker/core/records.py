@@ -172,7 +172,13 @@ class InvocationSaved:
 
 @dataclass(frozen=True, slots=True)
 class InvocationState:
-    """A job moved to ``state`` (started, done or failed); an unknown id changes nothing."""
+    """A job moved to ``state`` (started, done or failed); an unknown id changes nothing.
+
+    The move to ``started`` is a compare-and-set, so brokers sharing the store hand a
+    job over at most once between them: it applies only to a job still ``queued``, and
+    is *refused* otherwise (another broker started it, or its conversation was
+    deleted): nothing is written, the rest of its batch is, and :meth:`Store.apply`
+    returns it, like a refused :class:`SessionClaimed`."""
 
     id: str
     state: str
@@ -211,6 +217,11 @@ RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     ConversationDeleted, InvocationSaved, InvocationState, RecoverySaved, RecoveryDeleted)}
 
 
+def refusal_code(record: Record) -> str:
+    """The error code the waiter of a refused record gets (see :meth:`Store.apply`)."""
+    return "invocation_taken" if type(record) is InvocationState else "session_id_held"
+
+
 @dataclass(slots=True)
 class StickyRow:
     """A retained entry as read back, with its answered-to list (empty if none)."""
@@ -242,10 +253,11 @@ class Store(Protocol):
     networked database next. Implementations need not be thread-safe: one thread
     (the persistence worker) uses a store at a time."""
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed]:
+    def apply(self, records: Sequence[Record]) -> list[Record]:
         """Make every record durable in one transaction, or none of them (raise).
 
-        Returns the claims refused (see :class:`SessionClaimed`); they are not an error
+        Returns the records refused (claims, see :class:`SessionClaimed`; starts of
+        jobs no longer queued, see :class:`InvocationState`); they are not an error
         and the rest of the batch is kept."""
 
     def load(self) -> Snapshot:

@@ -7,6 +7,7 @@ from typing import Any
 
 from broker.core import Engine, Limits, Persist, Publish, Send
 from broker.memory_store import MemoryStore
+from broker.core.records import refusal_code
 from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
 
@@ -88,12 +89,17 @@ class Bus:
         self.written = []
         tickets, self.uncommitted = self.uncommitted, []
         for ticket in tickets:
-            if id(self._waited.pop(ticket, None)) in refused:   # a claim another broker holds
-                out += self._track(self.engine.persist_failed(ticket, self.now, code="session_id_held"))
+            record = self._waited.pop(ticket, None)
+            if id(record) in refused:   # a claim another broker holds, a job it started
+                out += self._track(self.engine.persist_failed(ticket, self.now,
+                                                              code=refusal_code(record)))
             else:
                 out += self._track(self.engine.persisted(ticket, self.now))
-        self.store.apply(self.written)
-        self.written = []
+        # Writes nobody waits for are kept at once; a waited one waits for the next
+        # commit (or fail), as its ticket does.
+        waited = {id(record) for record in self._waited.values()}
+        self.store.apply([r for r in self.written if id(r) not in waited])
+        self.written = [r for r in self.written if id(r) in waited]
         self.last = out
         return out
 
@@ -104,6 +110,7 @@ class Bus:
         self.written = []
         tickets, self.uncommitted = self.uncommitted, []
         for ticket in tickets:
+            self._waited.pop(ticket, None)
             out += self._track(self.engine.persist_failed(ticket, self.now, code=code))
         self.last = out
         return out
