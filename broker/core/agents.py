@@ -38,7 +38,11 @@ class Conversation:
     persistent: bool
     last_active_at: float | None = None
     session_id: str | None = None          # the live session, or the last one it had
-    live: bool = False                     # a session holds it now
+    live: bool = False                     # a session holds it now (here, or a mirror)
+    # Held by another broker's session: its queued jobs there, as that broker says.
+    queued_elsewhere: int = 0
+    told_at: float | None = None           # last_active_at as last told to other brokers
+    told_queued: int = 0                   # its queued jobs here, as last told to them
 
     @property
     def remote(self) -> bool:

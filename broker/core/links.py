@@ -19,7 +19,9 @@ other.
 
 Outbound, :func:`route` is the last pass over the commands: an envelope for a
 mirror is relayed to its broker (``relay``), except presence events, which every
-broker computes for its own sessions.
+broker computes for its own sessions. A relayed ``output`` (a respond to a channel
+whose session is here) is also published on this broker's PUB; invoke jobs for a
+session here arrive as ``link_jobs`` (:mod:`broker.core.invoking`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from schemas.errors import BusError
 from schemas.limits import HEARTBEAT_S
 from schemas.names import PRESENCE_EVENTS
 
-from . import forwarding, mirrors
+from . import conversation_mirrors, forwarding, invoking, mirrors, respond
 from .cluster import Peer, link_row, mirror_of
 from .commands import LinkClose, LinkOpen, LinkSend, Send
 from .connect import disconnect
@@ -222,9 +224,15 @@ def _relay(state: State, peer: Peer, env: dict, now: float) -> None:
         state.recent_for(session)[inner["id"]] = inner.get("from")
     elif kind == "msgs" and isinstance(inner.get("ids"), list):
         state.recent_for(session).put_all(inner["ids"], value=inner.get("from"))
+    elif kind == "event" and inner.get("event") == "output":
+        respond.relayed(state, session, inner)
     else:
         forwarding.answered(state, session, inner)
     state.out.append(Send(session.identity, inner))
+
+
+def _jobs(state: State, peer: Peer, env: dict, now: float) -> None:
+    invoking.arrived(state, env["jobs"], now)
 
 
 def _heartbeat(state: State, peer: Peer, env: dict, now: float) -> None:
@@ -244,6 +252,7 @@ _LINK_HANDLERS = {
     "link_presence": _presence,
     "forward": _forward,
     "relay": _relay,
+    "link_jobs": _jobs,
     "link_hb": _heartbeat,
     "link_reset": _reset,
     "link_bye": _bye,
@@ -291,5 +300,7 @@ def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False)
 
 def _row(state: State, session) -> dict[str, Any]:
     identity = state.identities.get(session.id)
-    return link_row(session, identity.token_hash if identity is not None else "",
-                    sorted(state.hosted.get(session.id, ())))
+    row = link_row(session, identity.token_hash if identity is not None else "",
+                   sorted(state.hosted.get(session.id, ())))
+    row.update(conversation_mirrors.link_fields(state, session))
+    return row
