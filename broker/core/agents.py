@@ -9,7 +9,8 @@ from the shell, which reads them from the agent's config files.
 Invariants the registry keeps:
 
 * a conversation is keyed by (agent, channel) and has at most one live session;
-  ``by_session`` maps exactly the live sessions to their conversations;
+  ``by_session`` maps exactly the live sessions to their conversations (local ones,
+  and mirrors of other brokers' sessions: :mod:`broker.core.conversation_mirrors`);
 * ``agents_of[channel]`` names every agent with a conversation on that channel id
   (so an id of another agent is told apart from an unknown one without a scan);
 * ``last_active_at`` is wall time, set when the session starts a turn or receives
