@@ -273,6 +273,11 @@ class MemoryStore:
                         for r in tables.recoveries.values()],
             grant_key=self._grant_key)
 
+    def queued_jobs(self, agent: str, channel: str) -> list[InvocationSaved]:
+        self._check_open()
+        return [job for job, _ in self._tables.invocations.values()
+                if (job.agent, job.channel) == (agent, channel) and job.state == "queued"]
+
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         self._check_open()
         return sum(1 for lease in self._tables.leases.values()

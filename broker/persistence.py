@@ -13,6 +13,7 @@ The API the IO shell uses (every call from the shell's own thread)::
         report["retained"], report["lost"]              # unwaited records kept / dropped
         report.get("refused", [])                       # [ticket, code] of records refused
         report["brokers"]                               # list of lease rows | None
+        report.get("jobs", [])                          # queued jobs read for ReadJobs
     worker.submit([(None, READ_BROKERS)])               # ask for the rows alone
     worker.stop(release=LeaseReleased(broker_id))       # safe to call twice
 
@@ -23,7 +24,9 @@ every batch waiting in the inbox, applies them all with one ``store.apply`` (gro
 commit: one transaction, one fsync), and sends back one msgpack report naming the
 tickets now durable; after a batch holding a ``LeaseRenewed`` or :data:`READ_BROKERS`
 (a marker, not a record) the report also lists the other brokers whose lease is live
-(``broker_id``, ``endpoint``, ``until``): how the shell finds the brokers to link to. A failed transaction reports the same tickets
+(``broker_id``, ``endpoint``, ``until``): how the shell finds the brokers to link to;
+after a batch holding :class:`~broker.core.commands.ReadJobs` (a read, not a record)
+it lists those conversations' queued jobs (``jobs``, as records' fields). A failed transaction reports the same tickets
 failed, with the error text and the error code their waiters get (see
 :func:`broker.store.failure_code`), and the worker keeps serving: nothing waits forever
 and nothing is claimed kept that was not.
@@ -62,6 +65,7 @@ Threading invariants:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 import uuid
@@ -70,6 +74,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from .core.commands import ReadJobs
 from .core.records import LeaseRenewed, Record, Store, refusal_code
 from .store import failure_code
 
@@ -223,7 +228,9 @@ class PersistenceWorker:
 
     def _commit(self, items: Batch) -> dict[str, Any]:
         tickets = [ticket for ticket, _ in items if ticket is not None]
-        records = [record for _, record in items if record is not READ_BROKERS]
+        records = [record for _, record in items
+                   if record is not READ_BROKERS and type(record) is not ReadJobs]
+        reads = [record for _, record in items if type(record) is ReadJobs]
         wants_brokers = len(records) < len(items) or \
             any(type(record) is LeaseRenewed for record in records)
         error = None if not self._retained else self._write_retained()
@@ -237,7 +244,8 @@ class PersistenceWorker:
             code = failure_code(error)
             if code == UNAVAILABLE:
                 self._retain([record for ticket, record in items
-                              if ticket is None and record is not READ_BROKERS])
+                              if ticket is None and record is not READ_BROKERS
+                              and type(record) is not ReadJobs])
             return self._report([], tickets, repr(error), code)
         if records:
             self.commits += 1
@@ -251,6 +259,12 @@ class PersistenceWorker:
                                  if t is not None and id(record) in ids]
             taken = {t for t, _ in report["refused"]}
             report["done"] = [t for t in tickets if t not in taken]
+        if reads:
+            try:
+                report["jobs"] = [dataclasses.asdict(job) for read in reads
+                                  for job in self.store.queued_jobs(read.agent, read.channel)]
+            except Exception as exc:  # the jobs wait for the conversation's next open
+                report["error"] = f"reading queued jobs: {exc!r}"
         if wants_brokers:
             try:
                 report["brokers"] = [

@@ -28,7 +28,7 @@ from schemas.limits import LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
-from .core.commands import LinkClose, LinkOpen, LinkSend
+from .core.commands import LinkClose, LinkOpen, LinkSend, ReadJobs
 from .core.records import LeaseReleased, LeaseRenewed, Snapshot
 from .curve import CurveError, CurveServer, exposed
 from .logs import get_logger
@@ -367,6 +367,8 @@ class Broker:
                                lost=report["lost"])
             if report["brokers"] is not None:
                 commands.extend(engine.brokers_read(report["brokers"], now, wall))
+            if report.get("jobs"):
+                commands.extend(engine.jobs_read(report["jobs"], now, wall))
             for ticket in report["done"]:
                 commands.extend(engine.persisted(ticket, now, wall))
             for ticket, code in report.get("refused", ()):
@@ -401,6 +403,8 @@ class Broker:
                 self.pub.send(encode(command.env))
             elif kind is Persist:
                 writes.append((command.ticket, command.record))
+            elif kind is ReadJobs:
+                writes.append((None, command))     # read after the writes before it
             else:
                 self._link(command, encode)
         router = self.router

@@ -269,6 +269,10 @@ class SqliteStore:
                         conversations=conversations, invocations=invocations,
                         recoveries=recoveries, grant_key=bytes.fromhex(key))
 
+    def queued_jobs(self, agent: str, channel: str) -> list[InvocationSaved]:
+        return [InvocationSaved(**row) for row in
+                _rows(self.conn, sql._SELECT_QUEUED_JOBS, {"agent": agent, "channel": channel})]
+
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         (row,) = _rows(self.conn, sql._COUNT_LIVE, {"now": now, "exclude": exclude})
         return row["live"]

@@ -233,6 +233,10 @@ _SELECT_INVOCATIONS = """
 SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
 WHERE state IN ('queued', 'started') ORDER BY rowid
 """
+_SELECT_QUEUED_JOBS = """
+SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
+WHERE agent = :agent AND channel = :channel AND state = 'queued' ORDER BY rowid
+"""
 _SELECT_RECOVERIES = """
 SELECT agent, channel, turn, drafts, outcome, updated_at AS at FROM response_recovery ORDER BY rowid
 """

@@ -31,6 +31,7 @@ from . import conversation_mirrors, invoking
 from .activity import touch
 from .agents import Conversation
 from .channels import check_channel
+from .commands import ReadJobs
 from .invoking import caller_conversation
 from .records import ConversationDeleted, RecoveryDeleted
 from .sessions import Session
@@ -91,9 +92,14 @@ def opened(state: State, session: Session, claim: Claim | None) -> Conversation 
 
 
 def joined(state: State, conversation: Conversation | None, now: float) -> None:
-    """After the welcome: invocations waiting for this conversation may start."""
-    if conversation is not None:
-        invoking.offer(state, (conversation.agent, conversation.channel), now)
+    """After the welcome: invocations waiting for this conversation may start, and,
+    once another broker has shared the store, those it committed are read from it (it
+    may have died before this session connected here)."""
+    if conversation is None:
+        return
+    invoking.offer(state, (conversation.agent, conversation.channel), now)
+    if conversation.persistent and state.cluster.shared:
+        state.out.append(ReadJobs(conversation.agent, conversation.channel))
 
 
 def left(state: State, session: Session) -> None:

@@ -44,7 +44,7 @@ from .invocations import RESTARTED, RESTARTED_TEXT, Job
 from .dispatch import handle
 from .outbox import render
 from .paths import parse_path
-from .records import InvocationState, Snapshot
+from .records import InvocationSaved, InvocationState, Snapshot
 from .runs import Run
 from .sessions import Registry
 from .state import IdentityRecord, Limits, State
@@ -190,6 +190,13 @@ class Engine:
         :mod:`broker.core.links`)."""
         self.state.wall = now if wall is None else wall
         links.brokers_read(self.state, rows, now)
+        return self._flush()
+
+    def jobs_read(self, rows: list[dict], now: float, wall: float | None = None) -> list[Command]:
+        """Queued invoke jobs read from the store for a :class:`ReadJobs` (the fields
+        of :class:`InvocationSaved`): those not held yet are handed over once."""
+        self.state.wall = now if wall is None else wall
+        invoking.arrived(self.state, [Job.from_record(InvocationSaved(**row)) for row in rows], now)
         return self._flush()
 
     def stopping(self, now: float, wall: float | None = None) -> list[Command]:

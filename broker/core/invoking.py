@@ -218,16 +218,15 @@ def _move(state: State, destination: Destination, broker_id: str) -> None:
         state.out.append(LinkSend(broker_id, [envelopes.link_jobs([job.row() for job in jobs])]))
 
 
-def arrived(state: State, rows: list, now: float) -> None:
-    """Jobs another broker committed for destinations whose session is here (or was,
-    when it sent them): kept, each once, and offered."""
+def arrived(state: State, jobs: list[Job], now: float) -> None:
+    """Committed jobs this broker did not hold, for destinations whose session is here
+    (or was): sent by another broker (``link_jobs``) or read from the store when the
+    destination opened here (:class:`~broker.core.commands.ReadJobs`). Kept, each
+    once, and offered."""
     table = state.invocations
     destinations = set()
-    for row in rows:
-        job = Job.from_row(row)
-        if job is None:
-            state.stats["link.bad_job"] += 1
-        elif job.id not in table.by_id and job.request not in table.by_request:
+    for job in jobs:
+        if job.id not in table.by_id and job.request not in table.by_request:
             table.add(job)
             destinations.add(job.destination)
     for destination in sorted(destinations):

@@ -40,6 +40,7 @@ from .commands import LinkClose, LinkOpen, LinkSend, Send
 from .connect import disconnect
 from .dispatch import handle
 from .grants import link_proof
+from .invocations import Job
 from .state import State
 
 LINK_HEARTBEAT_S = HEARTBEAT_S
@@ -232,7 +233,9 @@ def _relay(state: State, peer: Peer, env: dict, now: float) -> None:
 
 
 def _jobs(state: State, peer: Peer, env: dict, now: float) -> None:
-    invoking.arrived(state, env["jobs"], now)
+    jobs = [Job.from_row(row) for row in env["jobs"]]
+    state.stats["link.bad_job"] += jobs.count(None)
+    invoking.arrived(state, [job for job in jobs if job is not None], now)
 
 
 def _heartbeat(state: State, peer: Peer, env: dict, now: float) -> None:
@@ -266,6 +269,7 @@ def _meet(state: State, broker_id: str, endpoint: str, until: float, now: float)
         # Its successor serves the endpoint now (two live brokers cannot share one).
         _part(state, old, "replaced", now)
     peer = state.cluster.peers[broker_id] = Peer(broker_id, endpoint, until)
+    state.cluster.shared = True
     state.out.append(LinkOpen(broker_id, endpoint))
     _say_hello(state, peer)
     return peer

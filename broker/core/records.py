@@ -263,6 +263,10 @@ class Store(Protocol):
     def load(self) -> Snapshot:
         """What the engine restores from, as committed."""
 
+    def queued_jobs(self, agent: str, channel: str) -> list[InvocationSaved]:
+        """The conversation's invoke jobs still ``queued``, as committed, oldest first:
+        what its broker may hand over when it opens there (jobs other brokers committed)."""
+
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         """Brokers whose lease is still valid at wall time ``now``, ``exclude`` aside."""
 

@@ -35,9 +35,12 @@ def two():
     cluster.close()
 
 
+def conversation_alone(cluster: Cluster, index: int, channel: str, **kwargs):
+    return cluster.connect(index, channel.replace(":", "-"), agent=AGENT, channel=channel, **kwargs)
+
+
 def conversation(cluster: Cluster, index: int, channel: str, **kwargs):
-    session = cluster.connect(index, channel.replace(":", "-"), agent=AGENT, channel=channel,
-                              **kwargs)
+    session = conversation_alone(cluster, index, channel, **kwargs)
     wait_until(lambda: others_live(session) == 1, WAIT_S, "the brokers count each other")
     return session
 
@@ -179,3 +182,17 @@ def test_a_job_both_brokers_loaded_at_their_start_is_handed_over_by_one_only(two
     again = conversation(two, 0, "discord:2")       # on broker 0, which also held it
     assert none_of(again, "invocation", 2.0) == []
     assert job_states(two) == {queued["id"]: "failed"}
+
+
+def test_a_job_whose_broker_was_killed_reaches_its_destination_on_the_other_broker(two):
+    caller, dest = split(two)
+    dest.close()
+    connected_as_seen_by(caller, "discord:2", False)
+    queued = caller.invoke(session="discord:2", reason="from a broker about to die")
+    assert queued["queued"] is True                 # committed by broker 0, held only there
+    two.brokers[0].kill()
+    back = conversation_alone(two, 1, "discord:2")  # broker 1 reads it from the database
+    event = next_of(back, "invocation")
+    assert event["id"] == queued["id"]
+    assert back.finish_invocation(event["id"], ok=True)["ok"]
+    assert job_states(two) == {queued["id"]: "done"}

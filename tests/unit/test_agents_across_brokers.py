@@ -7,7 +7,10 @@ sends, publishes and keeps.
 
 from __future__ import annotations
 
+import dataclasses
+
 from broker.core import Publish
+from broker.core.commands import ReadJobs
 from broker.core.invocations import Job
 from broker.core.records import InvocationSaved, InvocationState
 from schemas.agent_config import AgentSettings
@@ -174,3 +177,36 @@ def test_a_start_the_store_refuses_sends_nothing_and_forgets_the_job():
     assert events(pair, pair.b, b"dest", "invocation") == []
     assert pair.b.engine.state.invocations.by_id == {}
     assert pair.b.engine.stats["invocations.taken"] == 1
+
+
+def reads(pair: Pair, node: Node) -> list[ReadJobs]:
+    return [c for c in pair.seen[node] if isinstance(c, ReadJobs)]
+
+
+def test_a_job_of_a_broker_that_died_is_read_from_the_store_when_its_destination_opens():
+    pair = agent_pair()
+    # Committed by a third broker that died before its destination connected anywhere.
+    pair.store.apply([InvocationSaved("j1", "lys", "discord:2", "discord:1", REASON, 0.0, "c/1")])
+    pair.hello(pair.b, "dest", agent="lys", channel="discord:2")
+    (read,) = reads(pair, pair.b)
+    assert (read.agent, read.channel) == ("lys", "discord:2")
+    rows = [dataclasses.asdict(job) for job in pair.store.queued_jobs(read.agent, read.channel)]
+    pair.deliver(pair.b, pair.b.engine.jobs_read(rows, pair.b.now))
+    pair.settle()
+    assert [e["id"] for e in events(pair, pair.b, b"dest", "invocation")] == ["j1"]
+    assert request(pair, pair.b, b"dest", "finish_invocation", "j1", ok=True)["ok"]
+    # The same rows again (an answer read before the start committed): refused by the
+    # store's compare-and-set, never handed over again.
+    pair.seen[pair.b] = []
+    pair.deliver(pair.b, pair.b.engine.jobs_read(rows, pair.b.now))
+    pair.settle()
+    assert events(pair, pair.b, b"dest", "invocation") == []
+    assert pair.b.engine.stats["invocations.taken"] == 1
+    assert pair.store.load().invocations == []
+
+
+def test_a_conversation_opening_on_a_broker_alone_reads_nothing():
+    pair = Pair()
+    pair.a.set_agents(lys=AgentSettings(invoke=True))
+    pair.hello(pair.a, "dest", agent="lys", channel="discord:2")
+    assert reads(pair, pair.a) == []

@@ -86,6 +86,13 @@ def test_starting_a_finished_deleted_or_unknown_job_is_refused(store):
     assert store.apply(starts) == starts
 
 
+def test_queued_jobs_lists_one_conversations_unstarted_jobs_oldest_first(store):
+    store.apply([job("j1"), job("j2", "internal:c"), job("j3"), job("j4"),
+                 InvocationState("j3", "started", NOW)])
+    assert store.queued_jobs("lys", "internal:b") == [job("j1"), job("j4")]
+    assert store.queued_jobs("ana", "internal:b") == []
+
+
 def test_a_recovery_row_is_replaced_by_the_next_turn_and_reset_deletes_it(store):
     store.apply([draft_row(turn="t1"), draft_row(turn="t2", outcome="failed")])
     assert store.load().recoveries == [draft_row(turn="t2", outcome="failed")]
