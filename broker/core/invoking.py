@@ -148,7 +148,8 @@ def finish(state: State, session: Session, env: dict, re: str, now: float) -> No
 
 
 def offer(state: State, destination: Destination, now: float) -> None:
-    """Hand the destination its next job if it is connected and idle; recheck if busy."""
+    """Hand the destination its next job if its session is here and idle (recheck if
+    busy), or send its committed jobs to the broker holding its session."""
     table = state.invocations
     conversation = state.conversations.get(*destination)
     if conversation is not None:
