@@ -31,7 +31,8 @@ Semantics (the SQLite store keeps the same ones):
   ``ConversationDeleted`` deletes the conversation, its recovery row and its queued
   (not started) invocations;
 * ``InvocationSaved`` inserts (an id already stored fails the batch);
-  ``InvocationState`` sets a job's state (no job: nothing happens); ``load`` returns
+  ``InvocationState`` sets a job's state (no job: nothing happens), except that a
+  move to ``started`` of a job not queued (or unknown) is refused; ``load`` returns
   the unfinished jobs (queued, started) by first save, and forgets finished ones
   older than :data:`FINISHED_KEEP_S`;
 * ``RecoverySaved`` upserts by (agent, channel) (drafts are a payload);
@@ -196,8 +197,10 @@ def _invocation(tables: _Tables, record: InvocationSaved) -> None:
     tables.invocations[record.id] = (record, record.created_at)
 
 
-def _invocation_state(tables: _Tables, record: InvocationState) -> None:
+def _invocation_state(tables: _Tables, record: InvocationState) -> bool | None:
     held = tables.invocations.get(record.id)
+    if record.state == "started" and (held is None or held[0].state != "queued"):
+        return False                      # refused: not queued (any more)
     if held is not None:
         tables.invocations[record.id] = (dataclasses.replace(held[0], state=record.state), record.at)
 
@@ -264,10 +267,11 @@ class MemoryStore:
         self._closed = False
         self._grant_key = secrets.token_bytes(32)
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed | StickyKept]:
+    def apply(self, records: Sequence[Record]) -> list[Record]:
         """Apply ``records`` in order, all or none; returns the records not written
-        (refused claims, entries kept already). Raises TypeError for a value that is
-        not a record or not encodable, ValueError for a sticky seq already stored."""
+        (refused claims and job starts, entries kept already). Raises TypeError for a
+        value that is not a record or not encodable, ValueError for a sticky seq
+        already stored."""
         self._check_open()
         staged = self._tables.copy()
         writers = {cls: functools.partial(write, staged) for cls, write in _WRITERS.items()}
@@ -333,6 +337,11 @@ class MemoryStore:
         seqs = {row.entry.seq for row in sticky}
         deliveries = [d for d in tables.deliveries.values() if everything or d.seq in seqs]
         return runs, sticky, deliveries
+
+    def queued_jobs(self, agent: str, channel: str) -> list[InvocationSaved]:
+        self._check_open()
+        return [job for job, _ in self._tables.invocations.values()
+                if (job.agent, job.channel) == (agent, channel) and job.state == "queued"]
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         self._check_open()

@@ -11,10 +11,11 @@ The API the IO shell uses (every call from the shell's own thread)::
         report["error"]                                 # str | None
         report["code"]                                  # failed tickets' error code | None
         report["retained"], report["lost"]              # unwaited records kept / dropped
-        report.get("refused", [])                       # tickets of claims refused
+        report.get("refused", [])                       # [ticket, code] of records refused
         report.get("kept", [])                          # [ticket, StickyRow.fields()]: entries
                                                         # whose request was stored already
         report["brokers"]                               # list of lease rows | None
+        report.get("jobs", [])                          # queued jobs read for ReadJobs
     worker.submit([(None, READ_BROKERS)])               # ask for the rows alone
     worker.submit([(None, AdoptRuns(dead_broker_id))])  # take a dead broker's runs
     for dead, snapshot in worker.adopted(): ...         # Snapshot, or None if it failed
@@ -27,7 +28,9 @@ every batch waiting in the inbox, applies them all with one ``store.apply`` (gro
 commit: one transaction, one fsync), and sends back one msgpack report naming the
 tickets now durable; after a batch holding a ``LeaseRenewed`` or :data:`READ_BROKERS`
 (a marker, not a record) the report also lists the other brokers whose lease is live
-(``broker_id``, ``endpoint``, ``until``): how the shell finds the brokers to link to. A failed transaction reports the same tickets
+(``broker_id``, ``endpoint``, ``until``): how the shell finds the brokers to link to;
+after a batch holding :class:`~broker.core.commands.ReadJobs` (a read, not a record)
+it lists those conversations' queued jobs (``jobs``, as records' fields). A failed transaction reports the same tickets
 failed, with the error text and the error code their waiters get (see
 :func:`broker.store.failure_code`), and the worker keeps serving: nothing waits forever
 and nothing is claimed kept that was not.
@@ -71,6 +74,7 @@ Threading invariants:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 import uuid
@@ -79,8 +83,8 @@ from typing import Any
 import msgpack
 import zmq
 
-from .core.commands import AdoptRuns
-from .core.records import LeaseRenewed, Record, Snapshot, StickyKept, Store
+from .core.commands import AdoptRuns, ReadJobs
+from .core.records import LeaseRenewed, Record, Snapshot, StickyKept, Store, refusal_code
 from .store import failure_code
 
 _WAKE = b"\x01"
@@ -245,7 +249,9 @@ class PersistenceWorker:
         adoptions = [item.broker_id for _, item in items if type(item) is AdoptRuns]
         if adoptions:
             items = [(ticket, item) for ticket, item in items if type(item) is not AdoptRuns]
-        records = [record for _, record in items if record is not READ_BROKERS]
+        records = [record for _, record in items
+                   if record is not READ_BROKERS and type(record) is not ReadJobs]
+        reads = [record for _, record in items if type(record) is ReadJobs]
         wants_brokers = len(records) < len(items) or \
             any(type(record) is LeaseRenewed for record in records)
         error = None if not self._retained else self._write_retained()
@@ -259,7 +265,8 @@ class PersistenceWorker:
             code = failure_code(error)
             if code == UNAVAILABLE:
                 self._retain([record for ticket, record in items
-                              if ticket is None and record is not READ_BROKERS])
+                              if ticket is None and record is not READ_BROKERS
+                              and type(record) is not ReadJobs])
             self._adopted.extend((dead, None) for dead in adoptions)   # asked again later
             return self._report([], tickets, repr(error), code)
         if records:
@@ -268,13 +275,15 @@ class PersistenceWorker:
         report = self._report(tickets, [], None, None)
         if refused:
             # Claims another live broker's session holds (records.SessionClaimed), and
-            # entries whose request another write kept first (records.StickyKept).
+            # entries whose request another write kept first (records.StickyKept), and
+            # hand-overs of jobs another broker started (records.InvocationState).
             kept = {id(r.saved): r.kept for r in refused if type(r) is StickyKept}
             ids = {id(r) for r in refused if type(r) is not StickyKept}
-            report["refused"] = [t for t, record in items if t is not None and id(record) in ids]
+            report["refused"] = [[t, refusal_code(record)] for t, record in items
+                                 if t is not None and id(record) in ids]
             report["kept"] = [[t, kept[id(record)].fields()] for t, record in items
                               if t is not None and id(record) in kept]
-            settled = set(report["refused"]) | {t for t, _ in report["kept"]}
+            settled = {t for t, _ in report["refused"]} | {t for t, _ in report["kept"]}
             report["done"] = [t for t in tickets if t not in settled]
         for dead in adoptions:
             try:
@@ -282,6 +291,12 @@ class PersistenceWorker:
             except Exception as exc:  # asked again by the core
                 self._adopted.append((dead, None))
                 report["error"] = f"adopting the runs of broker {dead}: {exc!r}"
+        if reads:
+            try:
+                report["jobs"] = [dataclasses.asdict(job) for read in reads
+                                  for job in self.store.queued_jobs(read.agent, read.channel)]
+            except Exception as exc:  # the jobs wait for the conversation's next open
+                report["error"] = f"reading queued jobs: {exc!r}"
         if wants_brokers:
             try:
                 report["brokers"] = [

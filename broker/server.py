@@ -28,7 +28,7 @@ from schemas.limits import LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
-from .core.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend
+from .core.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadJobs
 from .core.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
 from .curve import CurveError, CurveServer, exposed
 from .logs import get_logger
@@ -370,10 +370,12 @@ class Broker:
                 commands.extend(engine.brokers_read(report["brokers"], now, wall))
             for dead, snapshot in self.worker.adopted():
                 commands.extend(engine.runs_adopted(dead, snapshot, now, wall))
+            if report.get("jobs"):
+                commands.extend(engine.jobs_read(report["jobs"], now, wall))
             for ticket in report["done"]:
                 commands.extend(engine.persisted(ticket, now, wall))
-            for ticket in report.get("refused", ()):
-                commands.extend(engine.persist_failed(ticket, now, wall, "session_id_held"))
+            for ticket, code in report.get("refused", ()):
+                commands.extend(engine.persist_failed(ticket, now, wall, code))
             for ticket, fields in report.get("kept", ()):
                 commands.extend(engine.persist_kept(ticket, StickyRow.from_fields(fields), now, wall))
             for ticket in report["failed"]:
@@ -406,8 +408,8 @@ class Broker:
                 self.pub.send(encode(command.env))
             elif kind is Persist:
                 writes.append((command.ticket, command.record))
-            elif kind is AdoptRuns:
-                writes.append((None, command))
+            elif kind is AdoptRuns or kind is ReadJobs:
+                writes.append((None, command))     # after the writes before it
             else:
                 self._link(command, encode)
         router = self.router

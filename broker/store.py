@@ -252,10 +252,11 @@ class SqliteStore:
 
     # -- the Store interface -------------------------------------------------------------
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed | StickyKept]:
+    def apply(self, records: Sequence[Record]) -> list[Record]:
         """Apply ``records`` in order in one transaction: all become durable, or none;
-        returns the records not written: refused claims (see
-        :class:`~broker.core.records.SessionClaimed`) and entries whose request is
+        returns the records not written: refused claims and job starts (see
+        :class:`~broker.core.records.SessionClaimed` and
+        :class:`~broker.core.records.InvocationState`) and entries whose request is
         stored already (:class:`~broker.core.records.StickyKept`).
 
         Raises TypeError for a value that is not a record or a payload msgpack cannot
@@ -319,6 +320,10 @@ class SqliteStore:
         deliveries = [StickyDelivery(**row) for row in _rows(
             conn, sql._SELECT_ALL_DELIVERIES if everything else sql._SELECT_DELIVERIES, param)]
         return runs, sticky, deliveries
+
+    def queued_jobs(self, agent: str, channel: str) -> list[InvocationSaved]:
+        return [InvocationSaved(**row) for row in
+                _rows(self.conn, sql._SELECT_QUEUED_JOBS, {"agent": agent, "channel": channel})]
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         (row,) = _rows(self.conn, sql._COUNT_LIVE, {"now": now, "exclude": exclude})
@@ -393,8 +398,12 @@ class SqliteStore:
     def _invocation(self, record: InvocationSaved) -> None:
         self.conn.execute(sql._INSERT_INVOCATION, _params(record))
 
-    def _invocation_state(self, record: InvocationState) -> None:
-        self.conn.execute(sql._INVOCATION_STATE, _params(record))
+    def _invocation_state(self, record: InvocationState) -> bool | None:
+        if record.state != "started":
+            self.conn.execute(sql._INVOCATION_STATE, _params(record))
+            return None
+        self.conn.execute(sql._START_INVOCATION, _params(record))
+        return self.conn.changes() == 1        # False: refused, not queued any more
 
     def _recovery(self, record: RecoverySaved) -> None:
         self.conn.execute(sql._UPSERT_RECOVERY, _params(record, drafts=_pack(record.drafts)))

@@ -226,6 +226,11 @@ VALUES (:id, :agent, :channel, :from_channel, :reason, :created_at, :request, :s
 _INVOCATION_STATE = """
 UPDATE invocations SET state = :state, updated_at = :at, error = :error WHERE id = :id
 """
+# The hand-over's compare-and-set: one statement under the write lock (InvocationState).
+_START_INVOCATION = """
+UPDATE invocations SET state = :state, updated_at = :at, error = :error
+WHERE id = :id AND state = 'queued'
+"""
 _UPSERT_RECOVERY = """
 INSERT INTO response_recovery (agent, channel, turn, drafts, outcome, updated_at)
 VALUES (:agent, :channel, :turn, :drafts, :outcome, :at)
@@ -273,6 +278,10 @@ DELETE FROM invocations WHERE state NOT IN ('queued', 'started') AND updated_at 
 _SELECT_INVOCATIONS = """
 SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
 WHERE state IN ('queued', 'started') ORDER BY rowid
+"""
+_SELECT_QUEUED_JOBS = """
+SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
+WHERE agent = :agent AND channel = :channel AND state = 'queued' ORDER BY rowid
 """
 _SELECT_RECOVERIES = """
 SELECT agent, channel, turn, drafts, outcome, updated_at AS at FROM response_recovery ORDER BY rowid

@@ -107,6 +107,10 @@ def relay(session_id: str, env: dict[str, Any]) -> dict[str, Any]:
     return {"v": _V, "k": "relay", "to": session_id, "env": env}
 
 
+def link_jobs(jobs: list[dict]) -> dict[str, Any]:
+    return {"v": _V, "k": "link_jobs", "jobs": jobs}
+
+
 def link_heartbeat(until: float) -> dict[str, Any]:
     return {"v": _V, "k": "link_hb", "until": until}
 

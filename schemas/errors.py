@@ -160,6 +160,8 @@ _TABLE = [
     ErrorSpec("draft_incomplete", "state", "Draft {draft!r} is {completion}: only a complete draft "
               "can be sent by reference; author a complete replacement with content"),
     ErrorSpec("session_id_held", "state", "A live session on another broker holds that id"),
+    ErrorSpec("invocation_taken", "state", "The invocation was already started by another "
+              "broker, or its conversation was deleted"),
     ErrorSpec("store_unavailable", "state", "The broker's database is locked by another process "
               "or otherwise unavailable; the message was not kept: retry later"),
     # -- peer ----------------------------------------------------------------------

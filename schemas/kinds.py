@@ -291,6 +291,11 @@ LINK_KINDS: tuple[Kind, ...] = (
         _f("to", str, "the session's id", required=True),
         _f("env", dict, "the envelope", required=True),
     )),
+    Kind("link_jobs", LINK, "Committed invoke jobs for conversations whose session is held "
+         "by the receiving broker: it hands them over now (the sender forgot them).", (
+        _f("jobs", list, "jobs: id, agent, channel, fromChannel, reason, createdAt, request",
+           required=True, max_len=None),
+    )),
     Kind("link_hb", LINK, "Link heartbeat; a link silent for the liveness window is gone.", (
         _f("until", _NUM, "the sender's lease end (wall clock)", required=True),
     )),

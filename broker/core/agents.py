@@ -9,7 +9,8 @@ from the shell, which reads them from the agent's config files.
 Invariants the registry keeps:
 
 * a conversation is keyed by (agent, channel) and has at most one live session;
-  ``by_session`` maps exactly the live sessions to their conversations;
+  ``by_session`` maps exactly the live sessions to their conversations (local ones,
+  and mirrors of other brokers' sessions: :mod:`broker.core.conversation_mirrors`);
 * ``agents_of[channel]`` names every agent with a conversation on that channel id
   (so an id of another agent is told apart from an unknown one without a scan);
 * ``last_active_at`` is wall time, set when the session starts a turn or receives
@@ -38,7 +39,11 @@ class Conversation:
     persistent: bool
     last_active_at: float | None = None
     session_id: str | None = None          # the live session, or the last one it had
-    live: bool = False                     # a session holds it now
+    live: bool = False                     # a session holds it now (here, or a mirror)
+    # Held by another broker's session: its queued jobs there, as that broker says.
+    queued_elsewhere: int = 0
+    told_at: float | None = None           # last_active_at as last told to other brokers
+    told_queued: int = 0                   # its queued jobs here, as last told to them
 
     @property
     def remote(self) -> bool:

@@ -92,6 +92,9 @@ class Cluster:
     # Brokers that said bye: their row may still be read before its release commits.
     departed: RecentSet = field(default_factory=lambda: RecentSet(64))
     next_heartbeat_at: float = 0.0
+    # Another broker shared the store since this one started (so it may have committed
+    # jobs this broker never held: see broker.core.conversations.joined).
+    shared: bool = False
     # Runs hosted by mirrors, as their rows say: run id -> the hosting mirror's id, and
     # back. The broker of a run's host owns the run (see broker.core.forwarding).
     run_hosts: dict[str, str] = field(default_factory=dict)
@@ -104,7 +107,7 @@ class Cluster:
     orphans: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def shared(self) -> bool:
+    def others(self) -> bool:
         """Other brokers are (or were, with runs not adopted yet) on this database."""
         return bool(self.peers or self.orphans)
 

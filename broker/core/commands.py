@@ -5,9 +5,9 @@ Handlers speak in two higher-level commands, :class:`Deliver` (messages for a
 session) and :class:`Answer` (the answer to requests); a final pass
 (:mod:`broker.core.outbox`) turns them into :class:`Send` commands holding envelopes,
 batching deliveries into ``msgs`` and quiet successes into ``acks``. The shell only
-ever sees :class:`Send`, :class:`Publish` and :class:`Persist`, and the link commands
-(:class:`LinkOpen`, :class:`LinkSend`, :class:`LinkClose`) when other brokers share
-the database.
+ever sees :class:`Send`, :class:`Publish` and :class:`Persist`, and when other brokers
+share the database the link commands (:class:`LinkOpen`, :class:`LinkSend`,
+:class:`LinkClose`) and :class:`ReadJobs`.
 """
 
 from __future__ import annotations
@@ -85,6 +85,16 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadJobs:
+    """Read the store's queued invoke jobs for the conversation (``agent``, ``channel``)
+    after every write asked for before it; the shell hands them to
+    :meth:`~broker.core.engine.Engine.jobs_read`. Not a write."""
+
+    agent: str
+    channel: str
+
+
+@dataclass(frozen=True, slots=True)
 class LinkOpen:
     """Open a link to broker ``broker_id`` (a DEALER to its ROUTER ``endpoint``)."""
 
@@ -113,5 +123,5 @@ class AdoptRuns:
     broker_id: str
 
 
-Command = (Send | Publish | Persist | Deliver | Answer | LinkOpen | LinkSend | LinkClose
-           | AdoptRuns)
+Command = (Send | Publish | Persist | Deliver | Answer | ReadJobs | LinkOpen | LinkSend
+           | LinkClose | AdoptRuns)

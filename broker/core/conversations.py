@@ -27,9 +27,11 @@ from schemas.errors import BusError
 from schemas.limits import MAX_AGENT_CHARS
 from schemas.names import INTERNAL
 
-from . import invoking
+from . import conversation_mirrors, invoking
+from .activity import touch
 from .agents import Conversation
 from .channels import check_channel
+from .commands import ReadJobs
 from .invoking import caller_conversation
 from .records import ConversationDeleted, RecoveryDeleted
 from .sessions import Session
@@ -58,11 +60,18 @@ def claim(state: State, env: dict) -> Claim | None:
     if channel is not None:
         check_channel(channel)
         held = state.conversations.get(agent, channel)
-        if held is not None and held.live:
+        if held is not None and held.live and not _moving_here(state, held, env):
             raise BusError("channel_in_use", agent=agent, channel=channel)
     if held is None and state.conversations.count(agent) >= state.limits.max_conversations:
         raise BusError("too_many_conversations", agent=agent, limit=state.limits.max_conversations)
     return Claim(agent, channel, env.get("persistent") is not False)
+
+
+def _moving_here(state: State, held: Conversation, env: dict) -> bool:
+    """The hello takes back the id of the mirror holding ``held``: its client moved
+    here from another broker (the id's claim decides; the mirror leaves then)."""
+    live = state.registry.by_id.get(held.session_id or "")
+    return live is not None and live.broker is not None and env.get("sessionId") == live.id
 
 
 def opened(state: State, session: Session, claim: Claim | None) -> Conversation | None:
@@ -83,9 +92,14 @@ def opened(state: State, session: Session, claim: Claim | None) -> Conversation 
 
 
 def joined(state: State, conversation: Conversation | None, now: float) -> None:
-    """After the welcome: invocations waiting for this conversation may start."""
-    if conversation is not None:
-        invoking.offer(state, (conversation.agent, conversation.channel), now)
+    """After the welcome: invocations waiting for this conversation may start, and,
+    once another broker has shared the store, those it committed are read from it (it
+    may have died before this session connected here)."""
+    if conversation is None:
+        return
+    invoking.offer(state, (conversation.agent, conversation.channel), now)
+    if conversation.persistent and state.cluster.shared:
+        state.out.append(ReadJobs(conversation.agent, conversation.channel))
 
 
 def left(state: State, session: Session) -> None:
@@ -93,6 +107,9 @@ def left(state: State, session: Session) -> None:
     forgotten, a persistent one remembered with its last activity."""
     conversation = state.conversations.by_session.get(session.id)
     if conversation is None:
+        return
+    if session.broker is not None:          # a mirror: its own broker keeps the record
+        conversation_mirrors.mirror_left(state, conversation)
         return
     invoking.session_left(state, conversation)
     if conversation.persistent:
@@ -112,7 +129,7 @@ def _save(state: State, conversation: Conversation) -> None:
 def turn(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
     """``turn``: the session starts a turn, so it is the agent's most recently active."""
     conversation = caller_conversation(state, session, "turn")
-    state.conversations.touch(session.id, state.wall)
+    touch(state, session)
     _save(state, conversation)
 
 
@@ -121,8 +138,7 @@ def sessions(state: State, session: Session, env: dict, re: str, now: float) -> 
 
     Raises BusError(no_agent)."""
     caller = caller_conversation(state, session, "list_sessions")
-    table = state.invocations
-    rows = [_row(c, c is caller, table.queued_count((c.agent, c.channel)))
+    rows = [_row(c, c is caller, invoking.queued_count(state, c))
             for c in state.conversations.of_agent(caller.agent)]
     rows.sort(key=lambda r: (r["lastActiveAt"] is None, -(r["lastActiveAt"] or 0.0), r["session"]))
     state.answer(session, re, {"sessions": rows})

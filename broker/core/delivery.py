@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .activity import touch
 from .commands import Deliver
 from .sessions import Session
 from .state import State
@@ -24,7 +25,7 @@ def deliver(state: State, sender_id: str, sender_name: str, target: Session, msg
     if not expects_reply:
         state.recent_for(target)[msg_id] = sender_id
     if target.agent is not None:
-        state.conversations.touch(target.id, state.wall)
+        touch(state, target)
     state.out.append(Deliver(target.identity, sender_id, sender_name, sent_at, [msg_id],
                              [message], attachments or [], expects_reply, extra))
 
@@ -34,5 +35,5 @@ def deliver_texts(state: State, sender: Session, target: Session, ids: list[str]
     """Plain text messages (no attachments, not asks) from ``sender``, in order."""
     state.recent_for(target).put_all(ids, value=sender.id)
     if target.agent is not None:
-        state.conversations.touch(target.id, state.wall)
+        touch(state, target)
     state.out.append(Deliver(target.identity, sender.id, sender.name, state.wall, ids, texts))

@@ -42,7 +42,7 @@ from .commands import Answer, Command
 from .invocations import RESTARTED, RESTARTED_TEXT, Job
 from .dispatch import handle
 from .outbox import render
-from .records import InvocationState, Snapshot, StickyRow
+from .records import InvocationSaved, InvocationState, Snapshot, StickyRow
 from .sessions import Registry
 from .state import IdentityRecord, Limits, State
 from .sticky import SEQ_TAG_BITS
@@ -179,6 +179,13 @@ class Engine:
             handle(state, identity, env, now)       # waited for the run: it is here now
         return self._flush()
 
+    def jobs_read(self, rows: list[dict], now: float, wall: float | None = None) -> list[Command]:
+        """Queued invoke jobs read from the store for a :class:`ReadJobs` (the fields
+        of :class:`InvocationSaved`): those not held yet are handed over once."""
+        self.state.wall = now if wall is None else wall
+        invoking.arrived(self.state, [Job.from_record(InvocationSaved(**row)) for row in rows], now)
+        return self._flush()
+
     def stopping(self, now: float, wall: float | None = None) -> list[Command]:
         """This broker is about to stop: the other brokers are told."""
         self.state.wall = now if wall is None else wall
@@ -219,7 +226,7 @@ class Engine:
             hosting.expire_leases(state)
         asking.expire(state, now)
         invoking.recheck(state, now)
-        if state.cluster.shared:
+        if state.cluster.others:
             links.tick(state, now)
         return self._flush()
 

@@ -4,7 +4,10 @@ A job's life is a table keyed ``(state, input)`` (:data:`TRANSITIONS`)::
 
     queued --hand_over--> started --finished_ok--> done
        |                     |----finished_failed / session_ended / restarted--> failed
-       '--deleted--> (gone: its destination conversation was deleted)
+       |                     '--taken--> (gone: the store refused the start: another
+       |                                  broker started it, or it was deleted)
+       |--deleted--> (gone: its destination conversation was deleted)
+       '--moved--> (gone from this broker: handed to the broker holding its destination)
 
 Invariants:
 
@@ -17,7 +20,11 @@ Invariants:
   most one job is ``started`` at a time: the next one waits for ``finish_invocation``
   or the session leaving;
 * ``recheck_at`` holds exactly the destinations found connected but busy, with the
-  monotonic time they are looked at again.
+  monotonic time they are looked at again;
+* brokers sharing a store may each hold a copy of a queued job; only the broker
+  holding the destination's live session hands it over, and the store's
+  compare-and-set on ``started`` (:class:`~broker.core.records.InvocationState`)
+  lets one hand-over through store-wide.
 """
 
 from __future__ import annotations
@@ -31,8 +38,10 @@ from .records import InvocationSaved
 
 Destination = tuple[str, str]     # (agent, channel)
 
-HAND_OVER, FINISHED_OK, FINISHED_FAILED, SESSION_ENDED, RESTARTED, WRITE_FAILED = (
-    "hand_over", "finished_ok", "finished_failed", "session_ended", "restarted", "write_failed")
+HAND_OVER, FINISHED_OK, FINISHED_FAILED, SESSION_ENDED, RESTARTED, WRITE_FAILED, TAKEN = (
+    "hand_over", "finished_ok", "finished_failed", "session_ended", "restarted", "write_failed",
+    "taken")
+GONE = "gone"     # not a stored state: the job is no longer this broker's to hand over
 
 TRANSITIONS: dict[tuple[str, str], str] = {
     (QUEUED, HAND_OVER): STARTED,
@@ -41,6 +50,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (STARTED, FINISHED_FAILED): FAILED,
     (STARTED, SESSION_ENDED): FAILED,
     (STARTED, RESTARTED): FAILED,
+    (STARTED, TAKEN): GONE,
 }
 
 SESSION_ENDED_TEXT = "destination session ended during the turn"
@@ -66,6 +76,25 @@ class Job:
     def record(self) -> InvocationSaved:
         return InvocationSaved(self.id, self.agent, self.channel, self.from_channel,
                                self.reason, self.created_at, self.request)
+
+    def row(self) -> dict[str, str | float]:
+        """The committed job as another broker takes it (``link_jobs``)."""
+        return {"id": self.id, "agent": self.agent, "channel": self.channel,
+                "fromChannel": self.from_channel, "reason": self.reason,
+                "createdAt": self.created_at, "request": self.request}
+
+    @classmethod
+    def from_row(cls, row: object) -> Job | None:
+        """A job from another broker's ``link_jobs`` row; None for a malformed row."""
+        if row.__class__ is not dict:
+            return None
+        texts = [row.get(k) for k in ("id", "agent", "channel", "fromChannel", "reason", "request")]
+        created = row.get("createdAt")
+        if not all(t.__class__ is str for t in texts) or not isinstance(created, (int, float)):
+            return None
+        job_id, agent, channel, from_channel, reason, request = texts
+        return cls(job_id, agent, channel, from_channel, reason, float(created), request,
+                   committed=True)
 
     @classmethod
     def from_record(cls, saved: InvocationSaved) -> Job:
@@ -121,6 +150,17 @@ class InvocationTable:
         """Forget a queued job (its write failed, or its destination was deleted)."""
         self._unqueue(job)
         self._forget(job)
+
+    def take_committed(self, destination: Destination) -> list[Job]:
+        """Remove and return the destination's committed queued jobs, in order (they
+        move to the broker holding its session); uncommitted ones stay."""
+        jobs = self.queued.get(destination)
+        if not jobs:
+            return []
+        taken = [job for job in jobs if job.committed]
+        for job in taken:
+            self.drop(job)
+        return taken
 
     def drop_queued(self, destination: Destination) -> int:
         jobs = self.queued.pop(destination, ())

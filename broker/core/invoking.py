@@ -12,6 +12,13 @@ Invariant (at most once): :func:`hand_over` moves the job to ``started`` and wri
 that first; the ``invocation`` event is sent when the write is committed, and only to
 the session that was live when the job started. A started job whose session leaves
 before ``finish_invocation`` is failed, never handed over again.
+
+Across brokers sharing a store: a job is handed over only by the broker holding its
+destination's live session. A broker holding committed jobs whose destination is a
+mirror (its session is on another broker) sends them to that broker over the link
+(``link_jobs``) and forgets them; the store's compare-and-set on ``started`` makes
+any copy left elsewhere (another broker loaded it at start) harmless: its start is
+refused (``invocation_taken``) and it is dropped, nothing sent.
 """
 
 from __future__ import annotations
@@ -23,11 +30,12 @@ from schemas.errors import BusError
 from schemas.limits import INVOKE_RECHECK_S, MAX_QUEUED_INVOCATIONS, MAX_REASON_CHARS
 from schemas.names import CHANNEL_ALIASES, FAILED, IDLE, STARTED
 
+from .activity import touch
 from .agents import Conversation
 from .channels import check_channel
-from .commands import Send
+from .commands import LinkSend, Send
 from .invocations import (FINISHED_FAILED, FINISHED_OK, HAND_OVER, SESSION_ENDED,
-                          SESSION_ENDED_TEXT, WRITE_FAILED, Destination, Job)
+                          SESSION_ENDED_TEXT, TAKEN, WRITE_FAILED, Destination, Job)
 from .records import InvocationState
 from .sessions import Session
 from .state import State
@@ -59,7 +67,7 @@ def invoke(state: State, session: Session, env: dict, re: str, now: float) -> No
         if again.committed:
             state.answer(session, re, _queued(again))
         return
-    if table.queued_count((target.agent, target.channel)) >= MAX_QUEUED_INVOCATIONS:
+    if queued_count(state, target) >= MAX_QUEUED_INVOCATIONS:
         raise BusError("too_many_invocations", session=target.channel, limit=MAX_QUEUED_INVOCATIONS)
     job = Job(state.new_id(), target.agent, target.channel, caller.channel, reason, state.wall,
               request)
@@ -76,6 +84,13 @@ def invoke(state: State, session: Session, env: dict, re: str, now: float) -> No
         tell(state, session, re, error)
 
     state.persist(job.record(), committed, refused)
+
+
+def queued_count(state: State, conversation: Conversation) -> int:
+    """The conversation's unstarted jobs: those here, or those its session's broker
+    holds when that is another broker (as its link rows say)."""
+    here = state.invocations.queued_count((conversation.agent, conversation.channel))
+    return max(here, conversation.queued_elsewhere) if conversation.live else here
 
 
 def _queued(job: Job) -> dict[str, Any]:
@@ -133,15 +148,21 @@ def finish(state: State, session: Session, env: dict, re: str, now: float) -> No
 
 
 def offer(state: State, destination: Destination, now: float) -> None:
-    """Hand the destination its next job if it is connected and idle; recheck if busy."""
+    """Hand the destination its next job if its session is here and idle (recheck if
+    busy), or send its committed jobs to the broker holding its session."""
     table = state.invocations
+    conversation = state.conversations.get(*destination)
+    if conversation is not None:
+        _tell_count(state, conversation)
     job = table.next_ready(destination)
     if job is None:
         return
-    conversation = state.conversations.get(*destination)
     session = state.registry.by_id.get(conversation.session_id or "") if conversation else None
     if session is None or not conversation.live:
         return                                  # waits until a session connects
+    if session.broker is not None:
+        _move(state, destination, session.broker)
+        return
     if session.status != IDLE:
         table.recheck_at.setdefault(destination, now + INVOKE_RECHECK_S)
         return
@@ -153,22 +174,64 @@ def hand_over(state: State, job: Job, session: Session) -> None:
     table = state.invocations
     table.move(job, HAND_OVER)
     table.recheck_at.pop(job.destination, None)
+    conversation = state.conversations.by_session.get(session.id)
+    if conversation is not None:
+        _tell_count(state, conversation)
 
     def committed(at: float) -> None:
         live = state.registry.by_id.get(session.id)
         if live is not session or job.state != STARTED:
             return                              # it left meanwhile: the job failed
         state.stats["invocations.started"] += 1
-        state.conversations.touch(session.id, state.wall)
+        touch(state, session)
         state.out.append(Send(session.identity, envelopes.invocation(
             job.id, job.agent, job.from_channel, job.reason)))
 
     def refused(at: float, error: BusError) -> None:
-        if job.state == STARTED:                # nothing was handed over: try again later
-            table.move(job, WRITE_FAILED)
-            table.recheck_at.setdefault(job.destination, at + INVOKE_RECHECK_S)
+        if job.state != STARTED:
+            return
+        if error.code == "invocation_taken":    # not queued in the store: not ours to start
+            table.move(job, TAKEN)
+            state.stats["invocations.taken"] += 1
+            offer(state, job.destination, at)
+            return
+        table.move(job, WRITE_FAILED)           # nothing was handed over: try again later
+        table.recheck_at.setdefault(job.destination, at + INVOKE_RECHECK_S)
 
     state.persist(InvocationState(job.id, STARTED, state.wall), committed, refused)
+
+
+def _tell_count(state: State, conversation: Conversation) -> None:
+    """Other brokers list a local conversation's queued jobs: tell them of a change."""
+    if not state.cluster.peers or conversation.told_queued == state.invocations.queued_count(
+            (conversation.agent, conversation.channel)):
+        return
+    session = state.registry.by_id.get(conversation.session_id or "")
+    if session is not None and session.broker is None and conversation.live:
+        state.cluster.changed[session.id] = session
+
+
+def _move(state: State, destination: Destination, broker_id: str) -> None:
+    """The destination's session is on ``broker_id``: its committed jobs go there."""
+    jobs = state.invocations.take_committed(destination)
+    if jobs:
+        state.stats["invocations.moved"] += len(jobs)
+        state.out.append(LinkSend(broker_id, [envelopes.link_jobs([job.row() for job in jobs])]))
+
+
+def arrived(state: State, jobs: list[Job], now: float) -> None:
+    """Committed jobs this broker did not hold, for destinations whose session is here
+    (or was): sent by another broker (``link_jobs``) or read from the store when the
+    destination opened here (:class:`~broker.core.commands.ReadJobs`). Kept, each
+    once, and offered."""
+    table = state.invocations
+    destinations = set()
+    for job in jobs:
+        if job.id not in table.by_id and job.request not in table.by_request:
+            table.add(job)
+            destinations.add(job.destination)
+    for destination in sorted(destinations):
+        offer(state, destination, now)
 
 
 def recheck(state: State, now: float) -> None:

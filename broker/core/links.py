@@ -19,7 +19,9 @@ other.
 
 Outbound, :func:`route` is the last pass over the commands: an envelope for a
 mirror is relayed to its broker (``relay``), except presence events, which every
-broker computes for its own sessions.
+broker computes for its own sessions. A relayed ``output`` (a respond to a channel
+whose session is here) is also published on this broker's PUB; invoke jobs for a
+session here arrive as ``link_jobs`` (:mod:`broker.core.invoking`).
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ from schemas.errors import BusError
 from schemas.limits import HEARTBEAT_S
 from schemas.names import PRESENCE_EVENTS
 
-from . import forwarding, mirrors, ownership
+from . import conversation_mirrors, forwarding, invoking, mirrors, ownership, respond
 from .cluster import Peer, link_row, mirror_of
 from .commands import LinkClose, LinkOpen, LinkSend, Send
 from .connect import disconnect
 from .dispatch import handle
 from .grants import link_proof
+from .invocations import Job
 from .state import State
 
 LINK_HEARTBEAT_S = HEARTBEAT_S
@@ -241,9 +244,17 @@ def _relay(state: State, peer: Peer, env: dict, now: float) -> None:
         state.recent_for(session)[inner["id"]] = inner.get("from")
     elif kind == "msgs" and isinstance(inner.get("ids"), list):
         state.recent_for(session).put_all(inner["ids"], value=inner.get("from"))
+    elif kind == "event" and inner.get("event") == "output":
+        respond.relayed(state, session, inner)
     else:
         forwarding.answered(state, session, inner)
     state.out.append(Send(session.identity, inner))
+
+
+def _jobs(state: State, peer: Peer, env: dict, now: float) -> None:
+    jobs = [Job.from_row(row) for row in env["jobs"]]
+    state.stats["link.bad_job"] += jobs.count(None)
+    invoking.arrived(state, [job for job in jobs if job is not None], now)
 
 
 def _heartbeat(state: State, peer: Peer, env: dict, now: float) -> None:
@@ -264,6 +275,7 @@ _LINK_HANDLERS = {
     "link_runs": _runs,
     "forward": _forward,
     "relay": _relay,
+    "link_jobs": _jobs,
     "link_hb": _heartbeat,
     "link_reset": _reset,
     "link_bye": _bye,
@@ -277,6 +289,7 @@ def _meet(state: State, broker_id: str, endpoint: str, until: float, now: float)
         # Its successor serves the endpoint now (two live brokers cannot share one).
         _part(state, old, "replaced", now)
     peer = state.cluster.peers[broker_id] = Peer(broker_id, endpoint, until)
+    state.cluster.shared = True
     state.out.append(LinkOpen(broker_id, endpoint))
     _say_hello(state, peer)
     return peer
@@ -312,5 +325,7 @@ def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False)
 
 def _row(state: State, session) -> dict[str, Any]:
     identity = state.identities.get(session.id)
-    return link_row(session, identity.token_hash if identity is not None else "",
-                    sorted(state.hosted.get(session.id, ())))
+    row = link_row(session, identity.token_hash if identity is not None else "",
+                   sorted(state.hosted.get(session.id, ())))
+    row.update(conversation_mirrors.link_fields(state, session))
+    return row

@@ -28,7 +28,7 @@ from .state import State
 def send(state: State, session: Session, params: dict, re: str, now: float,
          env: dict) -> None:
     """The ``send`` action: one item through the send path (it answers itself)."""
-    if state.cluster.shared and params.get("replyTo") is None and \
+    if state.cluster.others and params.get("replyTo") is None and \
             forward(state, session, params.get("to"), env, [re], now):
         return
     admit_sends(state, session, params.get("to"), [re], [params.get("message")], now,
@@ -41,7 +41,7 @@ def sends(state: State, session: Session, env: dict, re: str | None, now: float)
     ids, texts = env["ids"], env["messages"]
     if len(ids) != len(texts):
         raise BusError("bad_envelope", detail="sends needs lists 'ids' and 'messages' of one length")
-    if state.cluster.shared and forward(state, session, env.get("to"), env, ids, now):
+    if state.cluster.others and forward(state, session, env.get("to"), env, ids, now):
         return
     admit_sends(state, session, env.get("to"), ids, texts, now, quiet=True, batched=True)
 
@@ -49,7 +49,7 @@ def sends(state: State, session: Session, env: dict, re: str | None, now: float)
 def ask(state: State, session: Session, params: dict, re: str, now: float,
         env: dict) -> dict[str, Any] | None:
     to = params.get("to")
-    if state.cluster.shared and forward(state, session, to, env, [re], now):
+    if state.cluster.others and forward(state, session, to, env, [re], now):
         return None
     mark = fingerprint("ask", to, params.get("message"), params.get("replyTo"),
                        params.get("attachments"))

@@ -21,6 +21,7 @@ from typing import Any
 
 from schemas.names import IDLE, INTERACTIVE, LIVE
 
+from . import conversation_mirrors
 from .cluster import Peer, mirror_identity
 from .presence import membership_changed, status_changed
 from .sessions import Session
@@ -44,6 +45,9 @@ def upsert(state: State, peer: Peer, row: Any, now: float) -> None:
         return
     hosts = row.get("hosts")
     state.cluster.set_hosted(row["id"], hosts if isinstance(hosts, list) else ())
+    mirror = state.registry.by_id[row["id"]]
+    if mirror.agent is not None:
+        conversation_mirrors.mirrored(state, mirror, row, now)
 
 
 def moved(state: State, peer: Peer, row: Any) -> Session | None:

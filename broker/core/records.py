@@ -174,7 +174,13 @@ class InvocationSaved:
 
 @dataclass(frozen=True, slots=True)
 class InvocationState:
-    """A job moved to ``state`` (started, done or failed); an unknown id changes nothing."""
+    """A job moved to ``state`` (started, done or failed); an unknown id changes nothing.
+
+    The move to ``started`` is a compare-and-set, so brokers sharing the store hand a
+    job over at most once between them: it applies only to a job still ``queued``, and
+    is *refused* otherwise (another broker started it, or its conversation was
+    deleted): nothing is written, the rest of its batch is, and :meth:`Store.apply`
+    returns it, like a refused :class:`SessionClaimed`."""
 
     id: str
     state: str
@@ -211,6 +217,11 @@ RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     IdentitySaved, LeaseRenewed, LeaseReleased, SessionClaimed, SessionReleased, RunSaved,
     RunEnded, StickySaved, StickyAnswered, StickyDelivery, StickyDropped, ConversationSaved,
     ConversationDeleted, InvocationSaved, InvocationState, RecoverySaved, RecoveryDeleted)}
+
+
+def refusal_code(record: Record) -> str:
+    """The error code the waiter of a refused record gets (see :meth:`Store.apply`)."""
+    return "invocation_taken" if type(record) is InvocationState else "session_id_held"
 
 
 @dataclass(slots=True)
@@ -266,15 +277,20 @@ class Store(Protocol):
     networked database next. Implementations need not be thread-safe: one thread
     (the persistence worker) uses a store at a time."""
 
-    def apply(self, records: Sequence[Record]) -> list[SessionClaimed | StickyKept]:
+    def apply(self, records: Sequence[Record]) -> list[Record]:
         """Make every record durable in one transaction, or none of them (raise).
 
         Returns the records not written, which are not an error (the rest of the batch
-        is kept): the claims refused (see :class:`SessionClaimed`) and, for each
-        entry whose request is stored already, a :class:`StickyKept`."""
+        is kept): the claims refused (see :class:`SessionClaimed`), starts of jobs no
+        longer queued (see :class:`InvocationState`) and, for each entry whose request
+        is stored already, a :class:`StickyKept`."""
 
     def load(self) -> Snapshot:
         """What the engine restores from, as committed."""
+
+    def queued_jobs(self, agent: str, channel: str) -> list[InvocationSaved]:
+        """The conversation's invoke jobs still ``queued``, as committed, oldest first:
+        what its broker may hand over when it opens there (jobs other brokers committed)."""
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
         """Brokers whose lease is still valid at wall time ``now``, ``exclude`` aside."""

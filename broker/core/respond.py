@@ -9,7 +9,10 @@ Invariants:
 * an output to any channel other than the caller's own is never final;
 * a respond by draft reference goes only to the caller's own channel;
 * the answer's ``sent: true`` means the broker handed the output to those two paths,
-  not that anyone read it.
+  not that anyone read it;
+* across brokers: a channel whose live session is on another broker gets the output
+  relayed over the link, and that broker publishes it on its own PUB too
+  (:func:`relayed`), so it is on the PUB of the caller's broker and of the channel's.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from schemas import envelopes
 from schemas.errors import BusError
 from schemas.names import CURRENT, channel_topic
 
+from .activity import touch
 from .channels import check_attachments, resolve
 from .commands import Publish, Send
 from .invoking import caller_conversation
@@ -42,7 +46,7 @@ def respond(state: State, session: Session, env: dict, re: str, now: float) -> N
     if target is not None and target.live:
         live = state.registry.by_id.get(target.session_id or "")
         if live is not None:
-            conversations.touch(live.id, state.wall)
+            touch(state, live)
             state.out.append(Send(live.identity, output))
     state.out.append(Publish(channel_topic(channel), output))
     state.stats["respond.sent"] += 1
@@ -50,3 +54,12 @@ def respond(state: State, session: Session, env: dict, re: str, now: float) -> N
     if draft is not None:
         answer["draft"] = draft
     state.answer(session, re, answer)
+
+
+def relayed(state: State, session: Session, output: dict) -> None:
+    """An output another broker's respond sent to local ``session`` (relayed over the
+    link; the caller then sends it in-band): active, and published here too."""
+    touch(state, session)
+    channel = output.get("channel")
+    if channel.__class__ is str:
+        state.out.append(Publish(channel_topic(channel), output))

@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from broker.core import Engine, Limits, Persist, Publish, Send
-from broker.core.records import StickyKept
+from broker.core.records import StickyKept, refusal_code
 from broker.memory_store import MemoryStore
 from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
@@ -92,14 +92,18 @@ class Bus:
         tickets, self.uncommitted = self.uncommitted, []
         for ticket in tickets:
             record = self._waited.pop(ticket, None)
-            if id(record) in refused:   # a claim another broker holds
-                out += self._track(self.engine.persist_failed(ticket, self.now, code="session_id_held"))
+            if id(record) in refused:   # a claim another broker holds, a job it started
+                out += self._track(self.engine.persist_failed(ticket, self.now,
+                                                              code=refusal_code(record)))
             elif id(record) in kept:    # the same request is an entry already
                 out += self._track(self.engine.persist_kept(ticket, kept[id(record)], self.now))
             else:
                 out += self._track(self.engine.persisted(ticket, self.now))
-        self.store.apply(self.written)
-        self.written = []
+        # Writes nobody waits for are kept at once; a waited one waits for the next
+        # commit (or fail), as its ticket does.
+        waited = {id(record) for record in self._waited.values()}
+        self.store.apply([r for r in self.written if id(r) not in waited])
+        self.written = [r for r in self.written if id(r) in waited]
         self.last = out
         return out
 
@@ -110,6 +114,7 @@ class Bus:
         self.written = []
         tickets, self.uncommitted = self.uncommitted, []
         for ticket in tickets:
+            self._waited.pop(ticket, None)
             out += self._track(self.engine.persist_failed(ticket, self.now, code=code))
         self.last = out
         return out

@@ -69,6 +69,30 @@ def test_a_job_id_stored_twice_fails_the_batch(store):
     assert [saved.id for saved in store.load().invocations] == ["j1"]
 
 
+def test_a_job_is_started_once_store_wide_a_second_start_is_refused_and_the_batch_kept(store):
+    store.apply([job("j1")])
+    assert store.apply([InvocationState("j1", "started", NOW)]) == []
+    refused = store.apply([InvocationState("j1", "started", NOW + 1), RunSaved("r1", {})])
+    assert (refused, store.load().runs) == ([InvocationState("j1", "started", NOW + 1)],
+                                           [RunSaved("r1", {})])
+    assert store.load().invocations == [job("j1", state="started")]
+
+
+def test_starting_a_finished_deleted_or_unknown_job_is_refused(store):
+    store.apply([conversation("internal:b"), job("j1"), job("j2"),
+                 InvocationState("j1", "started", NOW), InvocationState("j1", "done", NOW),
+                 ConversationDeleted("lys", "internal:b")])
+    starts = [InvocationState(i, "started", NOW) for i in ("j1", "j2", "nope")]
+    assert store.apply(starts) == starts
+
+
+def test_queued_jobs_lists_one_conversations_unstarted_jobs_oldest_first(store):
+    store.apply([job("j1"), job("j2", "internal:c"), job("j3"), job("j4"),
+                 InvocationState("j3", "started", NOW)])
+    assert store.queued_jobs("lys", "internal:b") == [job("j1"), job("j4")]
+    assert store.queued_jobs("ana", "internal:b") == []
+
+
 def test_a_recovery_row_is_replaced_by_the_next_turn_and_reset_deletes_it(store):
     store.apply([draft_row(turn="t1"), draft_row(turn="t2", outcome="failed")])
     assert store.load().recoveries == [draft_row(turn="t2", outcome="failed")]
