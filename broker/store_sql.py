@@ -6,7 +6,7 @@ migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
 Parameters are named after the fields of the records they write.
 """
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS brokers (
     pid INTEGER NOT NULL,
     endpoint TEXT NOT NULL,
     started_at REAL NOT NULL,
-    lease_until REAL NOT NULL
+    lease_until REAL NOT NULL,
+    curve_public TEXT NOT NULL DEFAULT ''   -- z85; '' for a broker without CURVE
 );
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -122,6 +123,8 @@ WHERE sticky.seq = ranked.seq;
     3: _AGENT_TABLES + _CLAIMS_TABLE,
     # Runs belong to a broker (broker.core.ownership); an old run has no owner yet.
     4: "ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '';",
+    # CURVE on the links: each broker's row says the key its ROUTER serves with.
+    5: "ALTER TABLE brokers ADD COLUMN curve_public TEXT NOT NULL DEFAULT '';",
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -135,8 +138,8 @@ ON CONFLICT (session_id) DO UPDATE SET atomic_session_id = excluded.atomic_sessi
 """
 _UPSERT_LEASE = """
 DELETE FROM brokers WHERE endpoint = :endpoint AND broker_id != :broker_id;
-INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until)
-VALUES (:broker_id, :pid, :endpoint, :started_at, :until)
+INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until, curve_public)
+VALUES (:broker_id, :pid, :endpoint, :started_at, :until, :curve_public)
 ON CONFLICT (broker_id) DO UPDATE SET lease_until = excluded.lease_until
 """
 _DELETE_LEASE = "DELETE FROM brokers WHERE broker_id = :broker_id"
@@ -255,7 +258,7 @@ _SELECT_RECOVERIES = """
 SELECT agent, channel, turn, drafts, outcome, updated_at AS at FROM response_recovery ORDER BY rowid
 """
 _SELECT_LIVE = """
-SELECT broker_id, pid, endpoint, started_at, lease_until AS until FROM brokers
+SELECT broker_id, pid, endpoint, started_at, lease_until AS until, curve_public FROM brokers
 WHERE lease_until > :now AND broker_id IS NOT :exclude ORDER BY started_at, broker_id
 """
 _COUNT_LIVE = """
