@@ -4,7 +4,10 @@
 ``DIR/broker.key_secret`` and a pair per client under ``DIR/clients/`` (pyzmq's
 ``zmq.auth`` certificate format; secret files mode 0600). ``python -m broker --curve
 DIR`` makes the ROUTER and PUB sockets CURVE servers with the broker's pair and
-allows exactly the public keys in ``DIR/clients/`` (re-read on SIGHUP).
+allows exactly the public keys in ``DIR/clients/`` (re-read on SIGHUP) and those of
+the other brokers on its database, as their lease rows name them (updated each time
+the shell reads the rows). Its links to those brokers are CURVE clients with the same
+pair (:meth:`CurveServer.secure_link`).
 
 A TCP endpoint on anything but a loopback address is refused without CURVE, unless
 the operator says ``--insecure``.
@@ -56,26 +59,47 @@ def load_pair(path: Path) -> tuple[bytes, bytes]:
 
 
 class CurveServer:
-    """The broker's side of CURVE: its key pair and the authenticator thread."""
+    """The broker's side of CURVE: its key pair and the authenticator thread.
+
+    The authenticator asks :meth:`callback` on its own thread; the two allowed sets are
+    frozensets replaced whole, so it always sees one consistent set of each."""
 
     def __init__(self, ctx: zmq.Context, directory: Path) -> None:
         self.public, self.secret = load_pair(directory / f"{BROKER_NAME}.key_secret")
         self.clients = directory / CLIENTS_DIR
         if not self.clients.is_dir():
             raise CurveError(f"no allowed-clients directory {self.clients}")
+        self._clients: frozenset[bytes] = frozenset()
+        self._brokers: frozenset[bytes] = frozenset()
+        self.reload()
         self.auth = ThreadAuthenticator(ctx)
         self.auth.start()
-        self.reload()
+        self.auth.configure_curve_callback(domain="*", credentials_provider=self)
 
     def reload(self) -> None:
         """Allow exactly the public keys now in the clients directory."""
-        self.auth.configure_curve(domain="*", location=str(self.clients))
+        self._clients = frozenset(zmq.auth.load_certificates(str(self.clients)))
+
+    def allow_brokers(self, keys) -> None:
+        """Allow exactly these brokers' keys (z85 text) besides the clients'."""
+        self._brokers = frozenset(key.encode() for key in keys if key)
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        """May the peer with z85 public key ``key`` connect (the authenticator asks)?"""
+        return key in self._clients or key in self._brokers
 
     def secure(self, sock: zmq.Socket) -> None:
         """Make ``sock`` a CURVE server (before it binds)."""
         sock.curve_secretkey = self.secret
         sock.curve_publickey = self.public
         sock.curve_server = True
+
+    def secure_link(self, sock: zmq.Socket, server_key: str) -> None:
+        """Make ``sock`` a CURVE client with this broker's pair that accepts only a
+        server proving ``server_key`` (before it connects)."""
+        sock.curve_secretkey = self.secret
+        sock.curve_publickey = self.public
+        sock.curve_serverkey = server_key.encode()
 
     def stop(self) -> None:
         self.auth.stop()

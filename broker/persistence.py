@@ -28,9 +28,10 @@ every batch waiting in the inbox, applies them all with one ``store.apply`` (gro
 commit: one transaction, one fsync), and sends back one msgpack report naming the
 tickets now durable; after a batch holding a ``LeaseRenewed`` or :data:`READ_BROKERS`
 (a marker, not a record) the report also lists the other brokers whose lease is live
-(``broker_id``, ``endpoint``, ``until``): how the shell finds the brokers to link to;
-after a batch holding :class:`~broker.core.commands.ReadJobs` (a read, not a record)
-it lists those conversations' queued jobs (``jobs``, as records' fields). A failed transaction reports the same tickets
+(``broker_id``, ``endpoint``, ``until``, ``curve_public``): how the shell finds the
+brokers to link to, and whose CURVE keys to allow; after a batch holding
+:class:`~broker.core.commands.ReadJobs` (a read, not a record) it lists those
+conversations' queued jobs (``jobs``, as records' fields). A failed transaction reports the same tickets
 failed, with the error text and the error code their waiters get (see
 :func:`broker.store.failure_code`), and the worker keeps serving: nothing waits forever
 and nothing is claimed kept that was not.
@@ -300,7 +301,8 @@ class PersistenceWorker:
         if wants_brokers:
             try:
                 report["brokers"] = [
-                    {"broker_id": row.broker_id, "endpoint": row.endpoint, "until": row.until}
+                    {"broker_id": row.broker_id, "endpoint": row.endpoint, "until": row.until,
+                     "curve_public": row.curve_public}
                     for row in self.store.brokers(time.time(), exclude=self.broker_id)]
             except Exception as exc:  # the batch is durable all the same
                 report["error"] = f"reading live brokers: {exc!r}"

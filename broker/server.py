@@ -31,6 +31,7 @@ from .core import Engine, Limits, Persist, Publish, Send
 from .core.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadJobs
 from .core.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
 from .curve import CurveError, CurveServer, exposed
+from .link_sockets import LinkSockets
 from .logs import get_logger
 from .persistence import READ_BROKERS, PersistenceWorker
 from .store import StoreOpenError, open_store
@@ -40,6 +41,9 @@ DISCOVERY_S = 1.0            # how often the other brokers' lease rows are read,
 # A link frame may carry a delivery as large as any frame the broker sends a client.
 LINK_FRAME_BYTES = MAX_INBOUND_FRAME_BYTES + (64 << 10)
 MAX_POLL_S = 0.5
+# Failed CURVE handshakes in a row on one link before the log says so: the first
+# ones are expected (the other broker allows this one's key once it reads its row).
+HANDSHAKE_FAILURES_LOGGED = 3
 MAX_POLL_MS = MAX_POLL_S * 1000
 # Garbage-collector thresholds while serving. Routing allocates short-lived dicts by
 # the hundred thousand per second; with the default (700) the collector runs every few
@@ -101,6 +105,7 @@ class Broker:
         self.ctx = zmq.Context()
         self.router = self.pub = None
         self.curve: CurveServer | None = None
+        self.curve_public = ""             # z85, in this broker's lease row ("" without CURVE)
         self.warnings: list[str] = []
         try:
             if settings.curve_dir is not None:
@@ -108,13 +113,16 @@ class Broker:
                     self.curve = CurveServer(self.ctx, settings.curve_dir)
                 except CurveError as exc:
                     raise StartupError(str(exc)) from None
+                self.curve_public = self.curve.public.decode()
+            self.links = LinkSockets(self.ctx, self.curve)   # DEALERs to the other brokers
             self._check_exposure()
             self._lock_ipc(settings.endpoint)
             self._lock_ipc(settings.pub_endpoint)
             snapshot = self._open_store()
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
                                  warnings=self.warnings, pub_endpoint=settings.pub_endpoint,
-                                 endpoint=settings.endpoint, lease_s=settings.broker_lease_s)
+                                 endpoint=settings.endpoint, lease_s=settings.broker_lease_s,
+                                 curve_public=self.curve_public)
             restored = self.engine.restore(snapshot, time.time())
             self._load_agents()
             self._bind()
@@ -127,7 +135,8 @@ class Broker:
         self._started_wall = time.time()
         self._lease_due = 0.0
         self._brokers_due = 0.0
-        self.links: dict[str, zmq.Socket] = {}   # broker id -> DEALER to its ROUTER
+        self._told_unlinked: set[str] = set()    # brokers it cannot link to, logged once
+        self._told_failing: set[str] = set()     # links whose handshakes keep failing, logged
         self._packb = new_packer()
         self.frames_in = 0
         self.frames_out = 0
@@ -286,12 +295,15 @@ class Broker:
                 self._brokers_due = now + min(DISCOVERY_S, lease_s / 3)
                 commands.append(Persist(LeaseRenewed(self.broker_id, os.getpid(),
                                                      self.settings.endpoint,
-                                                     self._started_wall, wall + lease_s)))
+                                                     self._started_wall, wall + lease_s,
+                                                     self.curve_public)))
+                self._check_handshakes(now, wall, commands)
             elif now >= self._brokers_due:
                 # Between renewals, the other brokers' rows are read (not written) so
                 # a new broker is linked, and a dead one's lease end seen, within a second.
                 self._brokers_due = now + min(DISCOVERY_S, self.settings.broker_lease_s / 3)
                 self.worker.submit([(None, READ_BROKERS)])
+                self._check_handshakes(now, wall, commands)
             if self._reload:
                 self._reload = False
                 if self.curve is not None:
@@ -367,7 +379,7 @@ class Broker:
                                tickets=len(report["failed"]), retained=report["retained"],
                                lost=report["lost"])
             if report["brokers"] is not None:
-                commands.extend(engine.brokers_read(report["brokers"], now, wall))
+                self._brokers_read(report["brokers"], now, wall, commands)
             for dead, snapshot in self.worker.adopted():
                 commands.extend(engine.runs_adopted(dead, snapshot, now, wall))
             if report.get("jobs"):
@@ -380,6 +392,34 @@ class Broker:
                 commands.extend(engine.persist_kept(ticket, StickyRow.from_fields(fields), now, wall))
             for ticket in report["failed"]:
                 commands.extend(engine.persist_failed(ticket, now, wall, report["code"]))
+
+    def _brokers_read(self, rows: list[dict], now: float, wall: float, commands: list) -> None:
+        """The other brokers' live lease rows: their CURVE keys are allowed first (a
+        link the engine opens may be answered by one at once), then the engine links."""
+        if self.curve is not None:
+            self.curve.allow_brokers(row["curve_public"] for row in rows)
+        commands.extend(self.engine.brokers_read(rows, now, wall))
+        unlinked = self.engine.cluster.unlinked
+        for broker_id in unlinked.keys() - self._told_unlinked:
+            self.log.warning("broker_not_linked", peer=broker_id, reason=unlinked[broker_id])
+        self._told_unlinked = set(unlinked)
+
+    def _check_handshakes(self, now: float, wall: float, commands: list) -> None:
+        """Links whose CURVE handshake the other broker refused are opened again; one
+        that keeps failing is logged once per streak."""
+        for seen in self.links.handshakes():
+            if seen.given_up:
+                commands.extend(self.engine.link_refused(seen.broker_id, now, wall))
+            if seen.failures == 0:
+                self._told_failing.discard(seen.broker_id)
+            elif seen.failures >= HANDSHAKE_FAILURES_LOGGED and seen.broker_id not in self._told_failing:
+                self._told_failing.add(seen.broker_id)
+                self.log.warning("broker_link_handshake_failing", peer=seen.broker_id,
+                                 failures=seen.failures,
+                                 reason="the other broker refuses this broker's CURVE key, or its "
+                                        "ROUTER does not prove the key its lease row names; check "
+                                        "that both run this version with --curve and their own "
+                                        "key pair")
 
     def _execute(self, commands: list) -> None:
         outbox: dict[bytes, list] = {}
@@ -440,31 +480,17 @@ class Broker:
         """Execute a link command (see broker.core.links): the shell only moves frames."""
         kind = type(command)
         if kind is LinkSend:
-            sock = self.links.get(command.broker_id)
-            if sock is None:
-                return
             frames, oversize = pack_frames(command.envs, MAX_FRAME_BYTES, LINK_FRAME_BYTES, encode)
             self.engine.stats["dropped.link_oversize"] += len(oversize)
-            for frame in frames:
-                try:
-                    sock.send(frame, _NOBLOCK)
-                except zmq.Again:   # the other broker is not reading (or gone): it resyncs
-                    self.engine.stats["dropped.link_full"] += 1
+            self.engine.stats["dropped.link_full"] += self.links.send(command.broker_id, frames)
         elif kind is LinkOpen:
-            old = self.links.pop(command.broker_id, None)
-            if old is not None:
-                old.close(linger=0)
-            sock = self.links[command.broker_id] = self.ctx.socket(zmq.DEALER)
-            sock.linger = 500      # a link_bye queued at stop still goes out
-            sock.sndhwm = 100_000
-            sock.reconnect_ivl = 100
-            sock.reconnect_ivl_max = 1000
-            sock.connect(command.endpoint)
-            self.log.info("broker_link_opened", peer=command.broker_id, endpoint=command.endpoint)
+            self.links.open(command.broker_id, command.endpoint, command.server_key)
+            self.log.info("broker_link_opened", peer=command.broker_id, endpoint=command.endpoint,
+                          curve=bool(command.server_key))
         elif kind is LinkClose:
-            sock = self.links.pop(command.broker_id, None)
-            if sock is not None:
-                sock.close(linger=0)
+            self.links.forget(command.broker_id)
+            self._told_failing.discard(command.broker_id)
+            if self.links.close(command.broker_id):
                 self.log.info("broker_link_closed", peer=command.broker_id)
 
     # -- shutdown ------------------------------------------------------------------------
@@ -483,9 +509,8 @@ class Broker:
         for sock in (self.router, self.pub):
             if sock is not None:
                 sock.close(linger=0)
-        for sock in getattr(self, "links", {}).values():
-            sock.close()       # with its linger: a link_bye still goes out
-        self.links = {}
+        if getattr(self, "links", None) is not None:
+            self.links.close_all()       # with their linger: a link_bye still goes out
         if getattr(self, "curve", None) is not None:
             self.curve.stop()
         self.ctx.term()

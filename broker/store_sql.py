@@ -6,7 +6,7 @@ migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
 Parameters are named after the fields of the records they write.
 """
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
@@ -63,7 +63,8 @@ CREATE TABLE IF NOT EXISTS brokers (
     pid INTEGER NOT NULL,
     endpoint TEXT NOT NULL,
     started_at REAL NOT NULL,
-    lease_until REAL NOT NULL
+    lease_until REAL NOT NULL,
+    curve_public TEXT NOT NULL DEFAULT ''   -- z85; '' for a broker without CURVE
 );
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -137,6 +138,8 @@ DELETE FROM sticky WHERE seq IN (
        AND first.seq < later.seq);
 CREATE UNIQUE INDEX IF NOT EXISTS sticky_request ON sticky (sender_id, message_id);
 """,
+    # CURVE on the links: each broker's row says the key its ROUTER serves with.
+    6: "ALTER TABLE brokers ADD COLUMN curve_public TEXT NOT NULL DEFAULT '';",
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -150,8 +153,8 @@ ON CONFLICT (session_id) DO UPDATE SET atomic_session_id = excluded.atomic_sessi
 """
 _UPSERT_LEASE = """
 DELETE FROM brokers WHERE endpoint = :endpoint AND broker_id != :broker_id;
-INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until)
-VALUES (:broker_id, :pid, :endpoint, :started_at, :until)
+INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until, curve_public)
+VALUES (:broker_id, :pid, :endpoint, :started_at, :until, :curve_public)
 ON CONFLICT (broker_id) DO UPDATE SET lease_until = excluded.lease_until
 """
 _DELETE_LEASE = "DELETE FROM brokers WHERE broker_id = :broker_id"
@@ -287,7 +290,7 @@ _SELECT_RECOVERIES = """
 SELECT agent, channel, turn, drafts, outcome, updated_at AS at FROM response_recovery ORDER BY rowid
 """
 _SELECT_LIVE = """
-SELECT broker_id, pid, endpoint, started_at, lease_until AS until FROM brokers
+SELECT broker_id, pid, endpoint, started_at, lease_until AS until, curve_public FROM brokers
 WHERE lease_until > :now AND broker_id IS NOT :exclude ORDER BY started_at, broker_id
 """
 _COUNT_LIVE = """

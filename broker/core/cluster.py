@@ -17,6 +17,9 @@ Invariants:
 * a mirror's identity starts with :data:`MIRROR_PREFIX`, which libzmq never gives a
   connection (its routing ids are five bytes; a peer may not pick one starting with
   a zero byte), so nothing a client sends is ever taken for a mirror's;
+* a broker using CURVE links only to brokers whose lease row names a CURVE key, and a
+  broker without CURVE only to brokers whose row names none; the others are in
+  ``unlinked`` (never peers) while their rows are live;
 * ``forwarded`` holds each request of a local session handed to another broker until
   its answer comes back, or its broker is gone (then it fails at once), or the
   session leaves.
@@ -67,6 +70,7 @@ class Peer:
     broker_id: str
     endpoint: str
     lease_until: float                 # wall clock: its lease row's end, as last read
+    curve_public: str = ""             # the CURVE key its ROUTER serves with, from its row
     identity: bytes | None = None      # its link on our ROUTER, once it said hello
     heard_at: float = 0.0              # monotonic: last frame on its link
     gone: bool = False                 # silent past the liveness window, or said bye
@@ -83,6 +87,7 @@ class Forwarded:
 class Cluster:
     endpoint: str = ""                 # this broker's ROUTER endpoint (told in hellos)
     lease_s: float = LEASE_S           # this broker's lease (told in hellos, heartbeats)
+    curve_public: str = ""             # this broker's CURVE key ("" without CURVE)
     peers: dict[str, Peer] = field(default_factory=dict)
     by_link: dict[bytes, str] = field(default_factory=dict)      # link identity -> broker id
     remote: dict[str, Session] = field(default_factory=dict)     # mirror id -> mirror
@@ -91,6 +96,7 @@ class Cluster:
     claiming: set[bytes] = field(default_factory=set)   # hellos waiting for their id's claim
     # Brokers that said bye: their row may still be read before its release commits.
     departed: RecentSet = field(default_factory=lambda: RecentSet(64))
+    unlinked: dict[str, str] = field(default_factory=dict)   # broker id -> why not, for people
     next_heartbeat_at: float = 0.0
     # Another broker shared the store since this one started (so it may have committed
     # jobs this broker never held: see broker.core.conversations.joined).

@@ -96,10 +96,13 @@ class ReadJobs:
 
 @dataclass(frozen=True, slots=True)
 class LinkOpen:
-    """Open a link to broker ``broker_id`` (a DEALER to its ROUTER ``endpoint``)."""
+    """Open a link to broker ``broker_id`` (a DEALER to its ROUTER ``endpoint``), anew
+    if one is open. ``server_key``: the CURVE key that ROUTER must prove it holds ("":
+    a link without CURVE)."""
 
     broker_id: str
     endpoint: str
+    server_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,11 +69,12 @@ class Engine:
                  new_id: Callable[[], str] = _random_id,
                  new_token: Callable[[], str] = _random_token,
                  warnings: list[str] | None = None, pub_endpoint: str | None = None,
-                 endpoint: str = "", lease_s: float = LEASE_S) -> None:
+                 endpoint: str = "", lease_s: float = LEASE_S, curve_public: str = "") -> None:
         self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
                            warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
         self.state.cluster.endpoint = endpoint
         self.state.cluster.lease_s = lease_s
+        self.state.cluster.curve_public = curve_public
         if identities:
             self.state.identities.update(identities)
         # Sticky entry numbers must not collide with another broker's on one database.
@@ -184,6 +185,13 @@ class Engine:
         of :class:`InvocationSaved`): those not held yet are handed over once."""
         self.state.wall = now if wall is None else wall
         invoking.arrived(self.state, [Job.from_record(InvocationSaved(**row)) for row in rows], now)
+        return self._flush()
+
+    def link_refused(self, broker_id: str, now: float, wall: float | None = None) -> list[Command]:
+        """The CURVE handshake of this broker's link to ``broker_id`` was refused (see
+        :func:`broker.core.links.link_refused`)."""
+        self.state.wall = now if wall is None else wall
+        links.link_refused(self.state, broker_id)
         return self._flush()
 
     def stopping(self, now: float, wall: float | None = None) -> list[Command]:

@@ -10,6 +10,14 @@ engine input) and ``link_hb`` every :data:`LINK_HEARTBEAT_S`. Each broker receiv
 the other's link on its own ROUTER (:func:`receive`), so traffic flows one way on
 each connection and both directions keep their order.
 
+With CURVE (``Cluster.curve_public`` set) a link is a CURVE client that proves this
+broker's key and checks the other's, the key its lease row names; the shell's
+authenticator allows the keys of the rows it reads. A broker with CURVE and one
+without do not link (:func:`_unlinkable`): each notes the other once in
+``Cluster.unlinked``, which ``status`` shows and the shell logs. A link whose
+handshake the other broker refused (it had not read this broker's row yet) is opened
+again (:func:`link_refused`).
+
 A broker is gone when its link is silent for the liveness window, when it says
 ``link_bye``, or when its lease row is no longer live: its mirrors leave (sessions
 here hear ``session_left``), and requests waiting on it fail with
@@ -61,15 +69,36 @@ def brokers_read(state: State, rows: list[dict], now: float) -> None:
     for row in rows:
         broker_id, endpoint, until = row["broker_id"], row["endpoint"], row["until"]
         seen.add(broker_id)
-        if broker_id in cluster.departed:
+        if broker_id in cluster.departed or broker_id in cluster.unlinked:
             continue
         peer = cluster.peers.get(broker_id)
-        if peer is None:
-            _meet(state, broker_id, endpoint, until, now)
-        else:
+        if peer is not None:
             peer.lease_until = max(peer.lease_until, until)
+            continue
+        why = _unlinkable(cluster.curve_public, row)
+        if why is None:
+            _meet(state, broker_id, endpoint, until, now, row.get("curve_public") or "")
+        else:
+            cluster.unlinked[broker_id] = why
+            state.stats["brokers.unlinked.curve_mismatch"] += 1
     for peer in [p for b, p in cluster.peers.items() if b not in seen and p.lease_until <= state.wall]:
         _part(state, peer, "lease ended", now)
+    for broker_id in [b for b in cluster.unlinked if b not in seen]:
+        del cluster.unlinked[broker_id]
+
+
+def link_refused(state: State, broker_id: str) -> None:
+    """Broker ``broker_id`` refused the handshake of this broker's link to it (its
+    authenticator had not allowed this broker's key yet: it reads the lease rows once
+    a second). Nothing sent on that link arrived: requests waiting on it fail, and the
+    link is opened again with a new hello."""
+    peer = state.cluster.peers.get(broker_id)
+    if peer is None:
+        return
+    state.stats["link.handshake_refused"] += 1
+    forwarding.broker_gone(state, peer)
+    state.out.append(LinkOpen(peer.broker_id, peer.endpoint, peer.curve_public))
+    _say_hello(state, peer)
 
 
 def receive(state: State, identity: bytes, envs: list, now: float) -> None:
@@ -173,11 +202,16 @@ def route(state: State, commands: list) -> list:
 
 def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
     broker_id = env["broker"]
-    if broker_id == state.broker_id or broker_id in state.cluster.departed or not hmac.compare_digest(
+    if broker_id == state.broker_id or broker_id in state.cluster.departed or \
+            broker_id in state.cluster.unlinked or not hmac.compare_digest(
             env["proof"], link_proof(state.grant_key, broker_id)):
         raise BusError("invalid_grant")
     cluster = state.cluster
     peer = cluster.peers.get(broker_id)
+    if peer is None and cluster.curve_public:
+        # Its key was allowed from its lease row, so that row was read and it is a
+        # peer; a CURVE link is never opened without the key a row names.
+        raise BusError("invalid_grant")
     if peer is None:
         peer = _meet(state, broker_id, env["endpoint"], env["until"], now)
     elif peer.gone:
@@ -284,13 +318,28 @@ _LINK_HANDLERS = {
 
 # -- internals -----------------------------------------------------------------------
 
-def _meet(state: State, broker_id: str, endpoint: str, until: float, now: float) -> Peer:
+def _unlinkable(own_key: str, row: dict) -> str | None:
+    """Why this broker (CURVE key ``own_key``, "" without CURVE) cannot link to the
+    broker of lease ``row``, in words a person can act on; None when it can."""
+    theirs = row.get("curve_public") or ""
+    if bool(theirs) == bool(own_key):
+        return None
+    where = f"broker {row['broker_id']} ({row['endpoint']}) on this database"
+    if own_key:
+        return (f"{where} runs without CURVE and this broker with it: they do not link; "
+                "start every broker on one database with --curve, or none")
+    return (f"{where} runs with CURVE and this broker without it: they do not link; "
+            "start every broker on one database with --curve, or none")
+
+
+def _meet(state: State, broker_id: str, endpoint: str, until: float, now: float,
+          curve_public: str = "") -> Peer:
     for old in [p for p in state.cluster.peers.values() if p.endpoint == endpoint]:
         # Its successor serves the endpoint now (two live brokers cannot share one).
         _part(state, old, "replaced", now)
-    peer = state.cluster.peers[broker_id] = Peer(broker_id, endpoint, until)
+    peer = state.cluster.peers[broker_id] = Peer(broker_id, endpoint, until, curve_public)
     state.cluster.shared = True
-    state.out.append(LinkOpen(broker_id, endpoint))
+    state.out.append(LinkOpen(broker_id, endpoint, curve_public))
     _say_hello(state, peer)
     return peer
 

@@ -93,8 +93,9 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
             "otherBrokersLive": others,
         },
     }
-    if state.warnings:
-        result["broker"]["warnings"] = list(state.warnings)
+    warnings = state.warnings + list(state.cluster.unlinked.values())
+    if warnings:
+        result["broker"]["warnings"] = warnings
     if group is not None:
         result["group"] = group
     return result

@@ -42,13 +42,16 @@ class LeaseRenewed:
 
     It replaces any other broker's row on the same endpoint: two live brokers cannot
     serve one endpoint (the bind or the ipc lock refuses the second), so such a row is
-    a dead predecessor's, and a restarted broker never counts it as another broker."""
+    a dead predecessor's, and a restarted broker never counts it as another broker.
+    ``curve_public``: the z85 public key its ROUTER serves CURVE with ("" without
+    CURVE); the other brokers verify it and allow it on their own ROUTERs."""
 
     broker_id: str
     pid: int
     endpoint: str
     started_at: float
     until: float
+    curve_public: str = ""
 
 
 @dataclass(frozen=True, slots=True)

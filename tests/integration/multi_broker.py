@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -25,11 +26,13 @@ class Cluster:
         for _ in range(count):
             self.start()
 
-    def start(self, data_dir: Path | None = None) -> BrokerProcess:
+    def start(self, data_dir: Path | None = None, *extra: str) -> BrokerProcess:
+        """One more broker on the file (``extra``: arguments for this one alone)."""
         if data_dir is None:
             data_dir = self.root / f"b{len(self.brokers)}"
             data_dir.mkdir()
-        proc = start_broker(data_dir, "--db", str(self.db), "--broker-lease-s", LEASE_S, *self.extra)
+        proc = start_broker(data_dir, "--db", str(self.db), "--broker-lease-s", LEASE_S,
+                            *self.extra, *extra)
         self.brokers.append(proc)
         return proc
 
@@ -60,6 +63,15 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str):
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what}")
         time.sleep(0.05)     # between round trips to the broker, not a settle
+
+
+def asking(session, to: str, message: str) -> tuple[dict, threading.Thread]:
+    """``session`` asks ``to`` on a thread of its own: (its answer once joined, the thread)."""
+    result: dict = {}
+    asker = threading.Thread(target=lambda: result.update(
+        session.intercom(action="ask", to=to, message=message)))
+    asker.start()
+    return result, asker
 
 
 def others_live(session) -> int:

@@ -41,6 +41,14 @@ def test_brokers_lists_the_live_rows_oldest_start_first(store):
         [("b1", "ipc:///tmp/b1.sock"), ("b2", "ipc:///tmp/b2.sock")]
 
 
+def test_a_lease_row_gives_back_the_curve_key_it_was_written_with(store):
+    store.apply([LeaseRenewed("curved", 1, "ipc:///tmp/c.sock", NOW, NOW + 30, "key-z85"),
+                 lease("plain", NOW + 30)])
+    store.apply([LeaseRenewed("curved", 1, "ipc:///tmp/c.sock", NOW, NOW + 60, "key-z85")])
+    assert [(row.broker_id, row.curve_public) for row in store.brokers(NOW)] == \
+        [("curved", "key-z85"), ("plain", "")]
+
+
 def test_a_released_lease_is_no_longer_counted(store):
     store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30)])
     store.apply([LeaseReleased("b1")])

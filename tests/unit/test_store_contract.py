@@ -182,7 +182,7 @@ _records = st.one_of(
     st.builds(IdentitySaved, st.sampled_from(["s1", "s2", "s3"]), st.none() | _names, _names,
               _names, _times),
     st.builds(LeaseRenewed, st.sampled_from(["b1", "b2"]), st.integers(1, 9), _names, _times,
-              st.sampled_from([NOW - 1, NOW + 60])),
+              st.sampled_from([NOW - 1, NOW + 60]), st.sampled_from(["", "curve-key"])),
     st.builds(LeaseReleased, st.sampled_from(["b1", "b2"])),
     st.builds(RunSaved, _runs, st.dictionaries(_names, _plain, max_size=3)),
     st.builds(RunEnded, _runs),
@@ -284,6 +284,15 @@ def test_a_version_1_file_is_migrated_in_place_and_its_rows_load(tmp_path):
     assert [(row.entry.seq, row.entry.position) for row in snapshot.sticky] == [(1, 1), (3, 1), (5, 2)]
     assert all(not row.entry.not_in_known_set and row.entry.ack for row in snapshot.sticky)
     assert all(row.delivered_to == [] for row in snapshot.sticky)
+
+
+def test_a_migrated_file_keeps_the_curve_key_of_a_lease(tmp_path):
+    path = tmp_path / "v1.db"
+    write_version_1_file(path)
+    store = SqliteStore(path)
+    store.apply([LeaseRenewed("b1", 1, "ipc:///tmp/b1.sock", NOW, NOW + 30, "key-z85")])
+    assert [row.curve_public for row in store.brokers(NOW)] == ["key-z85"]
+    store.close()
 
 
 def test_a_migrated_file_takes_new_records_and_reopens_as_it_was(tmp_path):

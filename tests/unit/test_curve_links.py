@@ -1,0 +1,81 @@
+"""Links between brokers when some use CURVE: which links open, with which keys, and
+what a broker says about a broker it cannot link to (engines wired in memory)."""
+
+from __future__ import annotations
+
+from broker.core.commands import LinkOpen, LinkSend
+from schemas.protocol import envelope
+from tests.unit.harness import result_for
+from tests.unit.test_links import Node, Pair
+
+
+def row(node: Node, curve_public: str = "") -> dict:
+    """``node``'s lease row as the other broker reads it."""
+    return {"broker_id": node.broker_id, "endpoint": f"ipc:///tmp/{node.broker_id}.sock",
+            "until": node.now + 100, "curve_public": curve_public}
+
+
+def status_of(pair: Pair, node: Node) -> dict:
+    pair.hello(node, "watcher")
+    return result_for(pair.call(node, b"watcher", "status", "s1"), b"watcher", "s1")["broker"]
+
+
+def test_a_curve_broker_links_with_the_key_the_other_brokers_row_names():
+    pair = Pair()
+    pair.a.engine.cluster.curve_public = "key-a"
+    out = pair.a.engine.brokers_read([row(pair.b, "key-b")], pair.a.now)
+    assert [c for c in out if isinstance(c, LinkOpen)] == [LinkOpen("bb", "ipc:///tmp/bb.sock", "key-b")]
+    assert [env["k"] for c in out if isinstance(c, LinkSend) for env in c.envs] == ["link"]
+
+
+def test_a_curve_broker_and_a_plain_one_do_not_link_and_each_says_why_in_status():
+    pair = Pair()
+    pair.a.engine.cluster.curve_public = "key-a"
+    for node, other, key in ((pair.a, pair.b, ""), (pair.b, pair.a, "key-a")):
+        for _ in range(3):                     # read every second; noted once
+            out = node.engine.brokers_read([row(other, key)], node.now)
+            assert not [c for c in out if isinstance(c, (LinkOpen, LinkSend))]
+        assert node.engine.stats["brokers.unlinked.curve_mismatch"] == 1
+        broker = status_of(pair, node)
+        assert (broker["routing"], broker["otherBrokersLive"]) == ("single-node", 0)
+        (warning,) = broker["warnings"]
+        assert other.broker_id in warning and "--curve" in warning
+
+
+def test_the_warning_goes_once_the_unlinkable_brokers_row_is_gone():
+    pair = Pair()
+    pair.a.engine.cluster.curve_public = "key-a"
+    pair.a.engine.brokers_read([row(pair.b)], pair.a.now)
+    pair.a.engine.brokers_read([], pair.a.now)
+    assert "warnings" not in status_of(pair, pair.a)
+
+
+def test_a_curve_broker_ignores_a_hello_from_a_broker_whose_row_it_has_not_read():
+    pair = Pair()
+    pair.a.engine.cluster.curve_public = "key-a"
+    pair.b.engine.cluster.curve_public = "key-b"
+    out = pair.b.engine.brokers_read([row(pair.a, "key-a")], pair.b.now)
+    (hello,) = [env for c in out if isinstance(c, LinkSend) for env in c.envs]
+    pair.a.engine.receive_batch(b"link-bb", [hello], pair.a.now)
+    assert pair.a.engine.cluster.peers == {}
+    assert pair.a.engine.stats["link.refused.invalid_grant"] == 1
+
+
+def test_a_refused_handshake_opens_the_link_again_and_fails_what_waited_on_it():
+    pair = Pair()
+    for node, key in ((pair.a, "key-a"), (pair.b, "key-b")):
+        node.engine.cluster.curve_public = key
+    pair.deliver(pair.a, pair.a.engine.brokers_read([row(pair.b, "key-b")], pair.a.now))
+    pair.deliver(pair.b, pair.b.engine.brokers_read([row(pair.a, "key-a")], pair.b.now))
+    pair.settle()
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.b, "bob")
+    pair.a.engine.receive(b"alice", envelope("call", id="q1", action="ask", to="bob",
+                                            message="there?"), pair.a.now)
+    out = pair.a.engine.link_refused("bb", pair.a.now)
+    assert [c for c in out if isinstance(c, LinkOpen)] == [LinkOpen("bb", "ipc:///tmp/bb.sock", "key-b")]
+    hello = [env for c in out if isinstance(c, LinkSend) for env in c.envs]
+    assert [env["k"] for env in hello] == ["link"]
+    assert [s["name"] for s in hello[0]["sessions"]] == ["alice"]
+    error = result_for(out, b"alice", "q1")
+    assert (error["ok"], error["code"]) == (False, "peer_disconnected")
