@@ -136,6 +136,9 @@ def _unclaim(tables: _Tables, record: SessionReleased) -> None:
 
 
 def _run(tables: _Tables, record: RunSaved) -> None:
+    held = tables.runs.get(record.run_id)
+    if held is not None and held.owner not in (record.owner, ""):
+        return           # another broker adopted it: its copy is the run
     tables.runs[record.run_id] = RunSaved(record.run_id, copy_payload(record.record), record.owner)
 
 

@@ -171,9 +171,12 @@ WHERE session_claims.broker_id = excluded.broker_id
 """
 _CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
 _UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
+# A broker that lost a run (it was adopted while this one was taken for dead) writes
+# nothing to it: the adopter's copy is the run.
 _UPSERT_RUN = """
 INSERT INTO runs (run_id, record, owner) VALUES (:run_id, :record, :owner)
 ON CONFLICT (run_id) DO UPDATE SET record = excluded.record, owner = excluded.owner
+WHERE runs.owner IN (excluded.owner, '')
 """
 # At start: a broker takes the runs nobody live owns (its own, a dead broker's, none's).
 # ``gone``: brokers whose lease row is still live but which are known dead.

@@ -81,6 +81,9 @@ class Peer:
 class Forwarded:
     broker_id: str
     target_name: str
+    # A request for a workflow path keeps its envelope: if the run's broker dies before
+    # answering, it is handled again once the run is adopted (see broker.core.ownership).
+    env: dict | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -82,6 +82,9 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         # Supervision is granted by the launcher, never claimed by the child.
         check_child(state.grant_key, parent_id, env.get("grant"))
     parent = state.registry.by_id.get(parent_id or "")
+    if parent is not None and parent.broker is not None and parent.mirrored_stage:
+        # A stage's subagents live where its run is (held sends, take-overs).
+        ownership.check_here(state, ownership.path_run(parent.mirrored_stage))
     stage = None
     if kind == STAGE and env.get("stage"):
         if state.cluster.orphans:

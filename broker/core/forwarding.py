@@ -47,7 +47,7 @@ def forward(state: State, session: Session, to: object, env: dict, ids: list,
     if looks_like_path(to):
         broker_id = run_owner(state, to)
         if broker_id is not None:
-            return _hand(state, session, broker_id, to, env, ids)
+            return _hand(state, session, broker_id, to, env, ids, again=True)
         return _moving(state, session, to, env, ids, now)
     try:
         target = resolve_target(state, session, to)
@@ -97,11 +97,12 @@ def to_broker(state: State, session: Session, target: Session, env: dict, ids: l
 
 
 def _hand(state: State, session: Session, broker_id: str, name: str, env: dict,
-          ids: list) -> bool:
+          ids: list, again: bool = False) -> bool:
     mine = state.cluster.forwarded.setdefault(session.id, {})
+    kept = env if again else None
     for request_id in ids:
         if request_id.__class__ is str:
-            mine[request_id] = Forwarded(broker_id, name)
+            mine[request_id] = Forwarded(broker_id, name, kept)
     state.stats["forwarded"] += 1
     state.out.append(LinkSend(broker_id, [envelopes.forward(session.id, env)]))
     return True
@@ -123,9 +124,13 @@ def answered(state: State, session: Session, env: dict) -> None:
         del state.cluster.forwarded[session.id]
 
 
-def broker_gone(state: State, peer: Peer) -> None:
-    """Every request waiting on ``peer`` fails now."""
+def broker_gone(state: State, peer: Peer, again: bool = True) -> list[tuple[bytes, dict]]:
+    """Every request waiting on ``peer`` fails now, except (``again``) those for a
+    workflow path: returned (identity, envelope) to be handled again, so the run's
+    adopter answers them (with the first answer, if ``peer`` had committed one: the
+    store keeps one entry per request)."""
     cluster = state.cluster
+    handled: dict[int, tuple[bytes, dict]] = {}
     for session_id in list(cluster.forwarded):
         session = state.registry.by_id.get(session_id)
         mine = cluster.forwarded[session_id]
@@ -133,8 +138,13 @@ def broker_gone(state: State, peer: Peer) -> None:
             if where.broker_id != peer.broker_id:
                 continue
             del mine[request_id]
-            if session is not None:
+            if session is None:
+                continue
+            if again and where.env is not None:
+                handled[id(where.env)] = (session.identity, where.env)
+            else:
                 state.answer(session, request_id,
                              BusError("peer_disconnected", name=where.target_name))
         if not mine:
             del cluster.forwarded[session_id]
+    return list(handled.values())

@@ -96,7 +96,7 @@ def link_refused(state: State, broker_id: str) -> None:
     if peer is None:
         return
     state.stats["link.handshake_refused"] += 1
-    forwarding.broker_gone(state, peer)
+    forwarding.broker_gone(state, peer, again=False)
     state.out.append(LinkOpen(peer.broker_id, peer.endpoint, peer.curve_public))
     _say_hello(state, peer)
 
@@ -364,7 +364,8 @@ def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False)
         mirror = cluster.remote.get(session_id)
         if mirror is not None:
             disconnect(state, mirror, "broker gone", now)
-    forwarding.broker_gone(state, peer)
+    for identity, request in forwarding.broker_gone(state, peer):
+        handle(state, identity, request, now)     # it waits for the run's adoption
     if not keep:
         if peer.identity is not None:
             cluster.by_link.pop(peer.identity, None)

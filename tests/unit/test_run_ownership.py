@@ -3,7 +3,8 @@ their links wired in memory (tests/unit/test_links.py's Pair)."""
 
 from __future__ import annotations
 
-from broker.core.commands import AdoptRuns
+from broker.core import Send
+from broker.core.commands import AdoptRuns, LinkSend
 from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
@@ -91,3 +92,31 @@ def test_an_adoption_the_store_failed_is_asked_again():
     pair.b.engine.runs_adopted("ba", None, orphans.adopt_at)
     later = pair.b.engine.tick(orphans.adopt_at + 0.1)
     assert AdoptRuns("ba") in later
+
+
+def test_a_path_send_the_runs_broker_never_answered_is_answered_by_the_adopter():
+    pair = linked_pair()
+    hosted(pair)
+    # Forwarded to broker A, which stops before handling it.
+    out = pair.b.engine.receive(b"bob", envelope("call", id="m6", action="send", to=PLAN,
+                                                 message="in flight"), pair.b.now)
+    assert [e["k"] for c in out if isinstance(c, LinkSend) for e in c.envs] == ["forward"]
+    gone = pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    assert AdoptRuns("ba") in gone                        # the send waits for its run
+    assert not [c for c in gone if isinstance(c, Send) and c.env.get("re") == "m6"]
+    pair.b._track(pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now))
+    answer = result_for(pair.b.commit(), b"bob", "m6")
+    assert (answer["queued"], answer["position"]) == (True, 1)
+
+
+def test_a_stages_subagent_that_reaches_another_broker_is_sent_to_the_runs_broker():
+    pair = linked_pair()
+    grants = hosted(pair)
+    assert pair.hello(pair.a, "plan", sessionKind="stage", stage=PLAN, grant=grants[PLAN])["ok"]
+    stage_id = pair.a.engine.state.registry.by_identity[b"plan"].id
+    pair.feed(pair.a, b"plan", envelope("grant", id="g1"))
+    child_grant = result_for(pair.seen[pair.a], b"plan", "g1")["grant"]
+    pair.settle()
+    answer = pair.hello(pair.b, "helper", parent=stage_id, grant=child_grant)
+    assert (answer["ok"], answer["code"], answer["endpoint"]) == \
+        (False, "run_elsewhere", "ipc:///tmp/ba.sock")

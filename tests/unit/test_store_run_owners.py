@@ -53,3 +53,13 @@ def test_loading_without_an_owner_reads_every_run_and_entry(store):
     store.apply([run("a", "x"), entry(1, run_id="b", target="workflow:b/s")])
     snapshot = store.load()
     assert ([r.run_id for r in snapshot.runs], [row.entry.seq for row in snapshot.sticky]) == (["a"], [1])
+
+
+def test_a_broker_that_lost_a_run_writes_nothing_to_it(store):
+    store.apply([run("r", "stalled")])
+    store.adopt_runs("stalled", "adopter")
+    store.apply([RunSaved("r", {"runId": "r", "stale": True}, "stalled")])
+    (kept,) = store.load().runs
+    assert (kept.owner, kept.record) == ("adopter", {"runId": "r"})
+    store.apply([RunSaved("r", {"runId": "r", "v": 2}, "adopter")])
+    assert store.load().runs[0].record == {"runId": "r", "v": 2}
