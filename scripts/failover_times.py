@@ -32,20 +32,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from benchkit.tmp_broker import TmpBroker  # noqa: E402
 from client import Client  # noqa: E402
+from tests.integration.multi_broker import wait_until as wait  # noqa: E402
 
 
 MAX_STICKY = 45        # under the 50-entry cap of one stage's queue
-
-
-def wait(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"not within {timeout:g} s: {what}")
-        time.sleep(0.02)
 
 
 def one_round(seconds_after: float) -> dict:

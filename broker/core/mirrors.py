@@ -22,6 +22,7 @@ from typing import Any
 from schemas.names import IDLE, INTERACTIVE, LIVE
 
 from . import conversation_mirrors
+from . import held
 from .cluster import Peer, mirror_identity
 from .presence import membership_changed, status_changed
 from .sessions import Session
@@ -74,6 +75,8 @@ def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
         mirrored_stage=_stage(row))
     state.registry.add(session)
     state.cluster.remote[session.id] = session
+    # A subagent of a run held here, back on another broker: it gets what was held.
+    held.adopt(state, session, state.registry.by_id.get(session.parent_id or ""))
     token_hash = row.get("tokenHash")
     if isinstance(token_hash, str) and token_hash:
         # Who holds the id, so its secret (and only that) takes it back here.

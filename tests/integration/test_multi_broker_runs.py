@@ -117,3 +117,47 @@ def test_a_host_operation_on_another_broker_names_the_runs_broker(two):
     answer = bob.take_over(run, "x")
     assert_refused(answer, "run_elsewhere")
     assert two.brokers[0].endpoint in answer["error"]
+
+
+def dormant_with_held_send(cluster: Cluster):
+    """A run on broker 0 whose host, stage and the stage's subagent left; past the host
+    lease a peer's send to the subagent is held. Returns (peer, run, helper id, secret)."""
+    connect = lambda name, **kw: cluster.connect(0, name, **kw)    # noqa: E731
+    host, run = host_run(connect, [{"name": "plan"}])
+    planner = start_stage(connect, run, "plan", transcript="t-plan")
+    helper = connect("helper", parent=planner.id, grant=planner.grant_child()["grant"])
+    helper_id, secret = helper.id, helper.welcome["token"]
+    peer = connect("peer", group=f"workflow:{run}")
+    for session in (helper, planner, host):
+        session.close()
+    wait_until(lambda: peer.intercom(action="ask", to="helper", message="?",
+                                     timeout=5).get("code") == "run_dormant", 20,
+               "the run goes dormant")
+    answer = peer.intercom(action="send", to="helper", message="while you were away")
+    assert (answer.get("queued"), answer.get("held")) == (True, True), answer
+    return peer, run, helper_id, secret
+
+
+def test_a_held_send_reaches_a_subagent_that_comes_back_on_another_broker(two):
+    peer, run, helper_id, secret = dormant_with_held_send(two)
+    start_stage(lambda name, **kw: two.connect(1, name, **kw), run, "plan", transcript="t-plan")
+    helper = two.connect(1, "helper", session_id=helper_id,
+                         identity={"sessionId": helper_id, "reclaimSecret": secret})
+    assert helper.id == helper_id, helper.welcome
+    msg = helper.receive(timeout=10)
+    assert msg is not None and (msg["message"], msg.get("held")) == ("while you were away", True)
+    assert helper.receive(timeout=1) is None                   # once only
+
+
+def test_holds_and_dormancy_move_with_a_dead_brokers_run(two):
+    peer, run, helper_id, secret = dormant_with_held_send(two)
+    two.brokers[0].kill()
+    # A stage hello on the survivor takes the run over (it waits for the adoption).
+    stage = start_stage(lambda name, **kw: two.connect(1, name, **kw), run, "plan",
+                        transcript="t-plan")
+    assert broker_id(stage) == broker_id(two.connect(1, "watcher"))
+    helper = two.connect(1, "helper", session_id=helper_id,
+                         identity={"sessionId": helper_id, "reclaimSecret": secret})
+    msg = helper.receive(timeout=10)
+    assert msg is not None and msg["message"] == "while you were away"
+    assert helper.receive(timeout=1) is None
