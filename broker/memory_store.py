@@ -84,6 +84,7 @@ class _Tables:
     deliveries: dict[tuple[int, str, str], StickyDelivery] = field(default_factory=dict)
     conversations: dict[tuple[str, str], ConversationSaved] = field(default_factory=dict)
     invocations: dict[str, tuple[InvocationSaved, float]] = field(default_factory=dict)
+    started_by: dict[str, str] = field(default_factory=dict)    # job id -> broker
     recoveries: dict[tuple[str, str], RecoverySaved] = field(default_factory=dict)
 
     def copy(self) -> _Tables:
@@ -206,6 +207,8 @@ def _invocation_state(tables: _Tables, record: InvocationState) -> bool | None:
         return False                      # refused: not queued (any more)
     if held is not None:
         tables.invocations[record.id] = (dataclasses.replace(held[0], state=record.state), record.at)
+        if record.state == "started":
+            tables.started_by[record.id] = record.broker_id
 
 
 def _recovery(tables: _Tables, record: RecoverySaved) -> None:
@@ -299,6 +302,9 @@ class MemoryStore:
                        if job.state not in UNFINISHED and at < finished_cutoff]:
             del tables.invocations[job_id]
         owners: dict[str, str] = {}
+        live_others = {lease.broker_id for lease in tables.leases.values()
+                       if lease.until > time.time() and lease.broker_id not in gone
+                       and lease.broker_id != owner}
         if owner is None:
             run_ids = set(tables.runs) | {e.run_id for e in tables.sticky.values()}
         else:
@@ -315,7 +321,9 @@ class MemoryStore:
         return Snapshot(
             identities=recent, runs=runs, sticky=sticky, deliveries=deliveries, owners=owners,
             conversations=list(tables.conversations.values()),
-            invocations=[job for job, _ in tables.invocations.values() if job.state in UNFINISHED],
+            invocations=[job for job, _ in tables.invocations.values() if job.state in UNFINISHED
+                         and not (owner is not None and job.state == "started"
+                                  and tables.started_by.get(job.id) in live_others)],
             recoveries=[dataclasses.replace(r, drafts=copy_payload(r.drafts))
                         for r in tables.recoveries.values()],
             grant_key=self._grant_key)

@@ -290,7 +290,8 @@ class SqliteStore:
             conversations = [ConversationSaved(**{**row, "remote": bool(row["remote"])})
                              for row in _rows(conn, sql._SELECT_CONVERSATIONS)]
             conn.execute(sql._PRUNE_INVOCATIONS, {"cutoff": time.time() - FINISHED_KEEP_S})
-            invocations = [InvocationSaved(**row) for row in _rows(conn, sql._SELECT_INVOCATIONS)]
+            invocations = [InvocationSaved(**row) for row in _rows(conn, sql._SELECT_INVOCATIONS, {
+                "owner": owner, "now": time.time(), "gone": json.dumps(list(gone))})]
             recoveries = [RecoverySaved(**{**row, "drafts": _unpack(row["drafts"])})
                           for row in _rows(conn, sql._SELECT_RECOVERIES)]
             conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('grant_key', :v)",

@@ -6,7 +6,7 @@ migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
 Parameters are named after the fields of the records they write.
 """
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
@@ -56,7 +56,11 @@ CREATE TABLE IF NOT EXISTS session_claims (
 );
 """
 
-_SCHEMA = _AGENT_TABLES + _CLAIMS_TABLE + """
+# Which broker started a job (version 8): a broker starting fails only the started jobs
+# of brokers not live, never one another live broker is running.
+_STARTED_BY = "ALTER TABLE invocations ADD COLUMN started_by TEXT NOT NULL DEFAULT '';"
+
+_SCHEMA = _AGENT_TABLES + _CLAIMS_TABLE + _STARTED_BY + """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS brokers (
     broker_id TEXT PRIMARY KEY,
@@ -140,6 +144,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS sticky_request ON sticky (sender_id, message_i
 """,
     # CURVE on the links: each broker's row says the key its ROUTER serves with.
     6: "ALTER TABLE brokers ADD COLUMN curve_public TEXT NOT NULL DEFAULT '';",
+    7: _STARTED_BY,
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -234,7 +239,7 @@ UPDATE invocations SET state = :state, updated_at = :at, error = :error WHERE id
 """
 # The hand-over's compare-and-set: one statement under the write lock (InvocationState).
 _START_INVOCATION = """
-UPDATE invocations SET state = :state, updated_at = :at, error = :error
+UPDATE invocations SET state = :state, updated_at = :at, error = :error, started_by = :broker_id
 WHERE id = :id AND state = 'queued'
 """
 _UPSERT_RECOVERY = """
@@ -281,9 +286,13 @@ SELECT agent, channel, remote, last_active_at, session_id FROM conversations ORD
 _PRUNE_INVOCATIONS = """
 DELETE FROM invocations WHERE state NOT IN ('queued', 'started') AND updated_at < :cutoff
 """
+# Unfinished jobs, less those started by another live broker (:owner; all if NULL).
 _SELECT_INVOCATIONS = """
 SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
-WHERE state IN ('queued', 'started') ORDER BY rowid
+WHERE state = 'queued' OR (state = 'started' AND (:owner IS NULL OR started_by NOT IN (
+    SELECT broker_id FROM brokers WHERE lease_until > :now AND broker_id != :owner
+    AND broker_id NOT IN (SELECT value FROM json_each(:gone)))))
+ORDER BY rowid
 """
 _SELECT_QUEUED_JOBS = """
 SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations

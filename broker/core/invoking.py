@@ -198,7 +198,8 @@ def hand_over(state: State, job: Job, session: Session) -> None:
         table.move(job, WRITE_FAILED)           # nothing was handed over: try again later
         table.recheck_at.setdefault(job.destination, at + INVOKE_RECHECK_S)
 
-    state.persist(InvocationState(job.id, STARTED, state.wall), committed, refused)
+    state.persist(InvocationState(job.id, STARTED, state.wall, broker_id=state.broker_id),
+                  committed, refused)
 
 
 def _tell_count(state: State, conversation: Conversation) -> None:

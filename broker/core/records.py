@@ -189,6 +189,7 @@ class InvocationState:
     state: str
     at: float
     error: str | None = None
+    broker_id: str = ""             # for ``started``: the broker handing it over
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,3 +63,17 @@ def test_a_broker_that_lost_a_run_writes_nothing_to_it(store):
     assert (kept.owner, kept.record) == ("adopter", {"runId": "r"})
     store.apply([RunSaved("r", {"runId": "r", "v": 2}, "adopter")])
     assert store.load().runs[0].record == {"runId": "r", "v": 2}
+
+
+def test_a_job_another_live_broker_started_is_not_loaded_to_be_failed(store):
+    from broker.core.records import InvocationState
+
+    from .store_helpers import job
+
+    store.apply([lease("live", time.time() + 600), lease("dead", time.time() - 1),
+                 job("j1"), job("j2"), job("j3"),
+                 InvocationState("j1", "started", time.time(), broker_id="live"),
+                 InvocationState("j2", "started", time.time(), broker_id="dead")])
+    assert sorted((j.id, j.state) for j in store.load("me").invocations) == \
+        [("j2", "started"), ("j3", "queued")]
+    assert len(store.load().invocations) == 3           # without an owner: every one
