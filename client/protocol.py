@@ -135,6 +135,7 @@ class ClientProtocol:
         # Where the broker sent this session's hello (the driver moves the socket and
         # clears it); hellos redirected since the last welcome; a hello held until then.
         self.redirect: str | None = None
+        self.redirect_key: str | None = None     # the CURVE server key there, if named
         self._redirects = 0
         self._hello_at: float | None = None
         self._heartbeat_due = False
@@ -362,6 +363,8 @@ class ClientProtocol:
             return False
         self._redirects += 1
         self.redirect = endpoint
+        key = env.get("serverKey")
+        self.redirect_key = key if key.__class__ is str else None
         self._hello_at = self.last_heard + REDIRECT_DELAY_S
         return True
 

@@ -116,6 +116,8 @@ class Transport:
         sock.reconnect_ivl = 100
         sock.reconnect_ivl_max = 1000
         self.auth_monitor: zmq.Socket | None = None
+        self._curve = curve
+        self._server_keys: dict[str, str] = {}    # endpoint -> CURVE key, from redirects
         if curve is not None:
             sock.curve_serverkey = curve.server_key.encode()
             sock.curve_publickey = curve.public_key.encode()
@@ -328,6 +330,11 @@ class Transport:
             return                      # the same broker: the hello is due after a pause
         if target not in self.endpoints:
             self.endpoints.append(target)
+        key = self._protocol.redirect_key
+        if key:
+            # The broker this session reached (authenticated by CURVE) names the key
+            # the other one serves with: brokers on one database may each have their own.
+            self._server_keys[target] = key
         self._move(target)
 
     def _move(self, target: str) -> None:
@@ -336,6 +343,9 @@ class Transport:
             self._sock.disconnect(old)
         except zmq.ZMQError:
             pass
+        if self._curve is not None:
+            key = self._server_keys.get(target, self._curve.server_key)
+            self._sock.curve_serverkey = key.encode()
         self._sock.connect(target)
         self._greeting_since = None
         self._protocol.redial()

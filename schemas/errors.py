@@ -197,6 +197,8 @@ class BusError(Exception):
         answer = {"ok": False, "code": self.code, "error": self.text}
         if self.code in REDIRECTS and isinstance(self.fields.get("endpoint"), str):
             answer["endpoint"] = self.fields["endpoint"]
+            if isinstance(self.fields.get("server_key"), str):
+                answer["serverKey"] = self.fields["server_key"]   # its CURVE key
         return answer
 
 

@@ -215,6 +215,7 @@ BROKER_KINDS: tuple[Kind, ...] = (
         _f("code", str, "error code (schemas.errors)"),
         _f("error", str, "error text", max_len=None),
         _f("endpoint", str, "where to go instead (codes run_elsewhere, run_moving)"),
+        _f("serverKey", str, "the CURVE server key at that endpoint, when it serves CURVE"),
     )),
     Kind("msg", BROKER, "An inbound message.", _MSG_FIELDS),
     Kind("msgs", BROKER, "Several plain text messages from one sender; each (id, message) "

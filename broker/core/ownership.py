@@ -77,7 +77,8 @@ def check_here(state: State, run_id: object) -> None:
         return
     peer = owner(state, run_id)
     if peer is not None:
-        raise BusError("run_elsewhere", run_id=run_id, endpoint=peer.endpoint)
+        raise BusError("run_elsewhere", run_id=run_id, endpoint=peer.endpoint,
+                       server_key=peer.curve_public or None)
 
 
 def registered(state: State, run_id: str) -> None:

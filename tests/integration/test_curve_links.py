@@ -158,3 +158,27 @@ def test_a_curve_broker_and_a_plain_one_do_not_link_and_each_says_why_once(clust
         lines = [json.loads(line) for line in proc.log.read_text().splitlines()
                  if '"broker_not_linked"' in line]
         assert len(lines) == 1 and "--curve" in lines[0]["reason"], lines
+
+
+def test_a_curve_stage_sent_to_its_runs_broker_is_told_that_brokers_key(cluster):
+    import shutil
+
+    from tests.integration.workflow_helpers import host_run, start_stage
+
+    keys0 = make_keys(cluster.root / "keys0", "alice")
+    keys1 = make_keys(cluster.root / "keys1", "plan")
+    # The stage's key is allowed on both brokers; its client knows only broker 1's key.
+    shutil.copy(keys1 / "clients" / "plan.key", keys0 / "clients" / "plan.key")
+    for index, keys in enumerate((keys0, keys1)):
+        cluster.start(None, "--curve", str(keys))
+    host, run = host_run(lambda name: cluster.connect(0, name, **client_keys(keys0, "alice")),
+                         [{"name": "plan"}])
+    watcher = cluster.connect(1, "watcher", group=f"workflow:{run}", **client_keys(keys1, "plan"))
+    wait_until(lambda: watcher.intercom(action="send", to=f"workflow:{run}/plan",
+                                        message="x").get("queued"), 20,
+               "broker 1 forwards to the run's broker")
+    stage = start_stage(lambda name, **kw: cluster.connect(1, name, **kw,
+                                                           **client_keys(keys1, "plan")),
+                        run, "plan")
+    host_broker = host.intercom(action="status")["broker"]["id"]
+    assert stage.intercom(action="status")["broker"]["id"] == host_broker
