@@ -161,3 +161,37 @@ def test_holds_and_dormancy_move_with_a_dead_brokers_run(two):
     msg = helper.receive(timeout=10)
     assert msg is not None and msg["message"] == "while you were away"
     assert helper.receive(timeout=1) is None
+
+
+def test_three_brokers_a_dead_brokers_run_moves_to_its_hosts_broker_and_the_third_follows():
+    cluster = Cluster(3, "--host-lease-s", HOST_LEASE_S)
+    try:
+        endpoints = [b.endpoint for b in cluster.brokers]
+
+        def connect(name):
+            session = Client.connect(name=name, endpoint=endpoints, timeout=15)
+            cluster.opened.append(session)
+            return session
+
+        host, run = host_run(connect, [{"name": "plan"}])
+        carol = cluster.connect(2, "carol", group=f"workflow:{run}")
+        wait_until(lambda: others_live(carol) == 2, 15, "three brokers link")
+        target = path(run, "plan")
+        wait_until(lambda: send(carol, target, "before").get("queued"), 15,
+                   "broker 2 forwards to the run's broker")
+        second = broker_id(cluster.connect(1, "probe"))
+        cluster.brokers[0].kill()
+        wait_until(lambda: host.connected and host.welcome["brokerId"] == second, 30,
+                   "the host fails over to broker 1")
+
+        def queued_after():
+            answer = send(carol, target, "after")
+            return answer if answer.get("queued") else None
+
+        assert wait_until(queued_after, 30, "broker 2 sends to the adopter")["position"] == 2
+        stage = start_stage(lambda name, **kw: cluster.connect(2, name, **kw), run, "plan")
+        assert broker_id(stage) == second                          # sent to broker 1
+        assert [m["message"] for m in take(stage, 2)] == ["before", "after"]
+        assert stage.receive(0.3) is None
+    finally:
+        cluster.close()
