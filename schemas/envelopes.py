@@ -86,13 +86,14 @@ def invocation(job_id: str, agent: str, from_session: str, reason: str) -> dict[
 # -- between brokers (see schemas.kinds.LINK_KINDS) --------------------------------------
 
 def link(broker_id: str, proof: str, endpoint: str, until: float, rows: list[dict],
-         runs: list[str]) -> dict[str, Any]:
+         runs: list[str], subagents: dict[str, list]) -> dict[str, Any]:
     return {"v": _V, "k": "link", "broker": broker_id, "proof": proof, "endpoint": endpoint,
-            "until": until, "sessions": rows, "runs": runs}
+            "until": until, "sessions": rows, "runs": runs, "subagents": subagents}
 
 
-def link_runs(owned: list[str], dropped: list[str]) -> dict[str, Any]:
-    return {"v": _V, "k": "link_runs", "owned": owned, "dropped": dropped}
+def link_runs(owned: list[str], dropped: list[str], subagents: dict[str, list]) -> dict[str, Any]:
+    return {"v": _V, "k": "link_runs", "owned": owned, "dropped": dropped,
+            "subagents": subagents}
 
 
 def link_presence(rows: list[dict], gone: list[str]) -> dict[str, Any]:

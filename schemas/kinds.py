@@ -271,11 +271,15 @@ LINK_KINDS: tuple[Kind, ...] = (
         _f("until", _NUM, "its lease end (wall clock)", required=True),
         _ROWS,
         _f("runs", list, "ids of the workflow runs it owns", max_len=None),
+        _f("subagents", dict, "run id -> records of the subagents of its dormant runs "
+           "(sends to them are held there)", max_len=None),
     )),
     Kind("link_runs", LINK, "Workflow runs the sending broker took (registered, adopted "
          "from a dead broker) or no longer owns (ended).", (
         _f("owned", list, "run ids it owns now", required=True, max_len=None),
         _f("dropped", list, "run ids it no longer owns", required=True, max_len=None),
+        _f("subagents", dict, "run id -> subagent records, for the owned runs that are "
+           "dormant", max_len=None),
     )),
     Kind("link_presence", LINK, "Sessions of the sending broker that changed (rows) or left "
          "(ids), in order.", (

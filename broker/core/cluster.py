@@ -114,6 +114,9 @@ class Cluster:
     run_owners: dict[str, str] = field(default_factory=dict)
     runs_changed: dict[str, bool] = field(default_factory=dict)
     orphans: dict[str, Any] = field(default_factory=dict)
+    # Subagents of other brokers' dormant runs (run id -> their records), so a send to
+    # one by name is forwarded to the broker that holds it.
+    foreign_subagents: dict[str, list] = field(default_factory=dict)
 
     @property
     def others(self) -> bool:

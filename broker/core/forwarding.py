@@ -51,8 +51,11 @@ def forward(state: State, session: Session, to: object, env: dict, ids: list,
         return _moving(state, session, to, env, ids, now)
     try:
         target = resolve_target(state, session, to)
-    except BusError:
-        return False
+    except BusError as error:
+        holder = ownership.holder_of(state, session, to) \
+            if error.code == "target_not_found" and state.cluster.foreign_subagents else None
+        # A subagent of another broker's dormant run: that broker holds sends for it.
+        return holder is not None and _hand(state, session, holder, to, env, ids)
     return to_broker(state, session, target, env, ids)
 
 

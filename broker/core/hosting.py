@@ -118,6 +118,7 @@ def expire_leases(state: State) -> None:
             state.leased.discard(run_id)
             state.stats["runs.dormant"] += 1
             save(state, run)
+            ownership.registered(state, run_id)    # the others learn its subagents
 
 
 def add_stages(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:

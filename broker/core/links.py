@@ -157,8 +157,9 @@ def flush(state: State) -> None:
     cluster = state.cluster
     runs, cluster.runs_changed = cluster.runs_changed, {}
     if runs and cluster.peers:
-        env = envelopes.link_runs([r for r, owned in runs.items() if owned],
-                                  [r for r, owned in runs.items() if not owned])
+        owned = [r for r, still in runs.items() if still]
+        env = envelopes.link_runs(owned, [r for r, still in runs.items() if not still],
+                                  ownership.held_subagents(state, owned))
         for peer in cluster.linked():
             state.out.append(LinkSend(peer.broker_id, [env]))
     changed, cluster.changed = cluster.changed, {}
@@ -230,15 +231,17 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
     _presence(state, peer, {"sessions": rows, "gone": mirrors_gone}, now)
     runs = env.get("runs") or []
     _told(state, peer, runs, [r for r, b in cluster.run_owners.items()
-                              if b == broker_id and r not in set(runs)], now)
+                              if b == broker_id and r not in set(runs)],
+          env.get("subagents"), now)
 
 
 def _runs(state: State, peer: Peer, env: dict, now: float) -> None:
-    _told(state, peer, env["owned"], env["dropped"], now)
+    _told(state, peer, env["owned"], env["dropped"], env.get("subagents"), now)
 
 
-def _told(state: State, peer: Peer, owned: list, dropped: list, now: float) -> None:
-    for identity, request in ownership.told(state, peer, owned, dropped):
+def _told(state: State, peer: Peer, owned: list, dropped: list, subagents: dict | None,
+          now: float) -> None:
+    for identity, request in ownership.told(state, peer, owned, dropped, subagents):
         handle(state, identity, request, now)      # waited for the run: it has an owner
 
 
@@ -350,7 +353,8 @@ def _say_hello(state: State, peer: Peer) -> None:
     # Changes not yet flushed are in the rows already.
     state.out.append(LinkSend(peer.broker_id, [envelopes.link(
         state.broker_id, link_proof(state.grant_key, state.broker_id), cluster.endpoint,
-        state.wall + cluster.lease_s, rows, sorted(state.runs))]))
+        state.wall + cluster.lease_s, rows, sorted(state.runs),
+        ownership.held_subagents(state, state.runs))]))
 
 
 def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False) -> None:

@@ -36,7 +36,7 @@ from .cluster import Peer
 from .commands import AdoptRuns
 from .paths import parse_path
 from .records import RunSaved, Snapshot, StickyDelivery
-from .runs import Run
+from .runs import Run, Subagent
 from .state import State
 from .sticky import entry_from_row
 
@@ -46,6 +46,7 @@ ADOPT_RETRY_S = 5.0      # an adoption not answered this long is asked again
 # few seconds of its broker's death (its liveness window and one failover step).
 ADOPT_GRACE_S = 10.0
 MAX_PARKED = 1024        # requests waiting for one dead broker's runs; then run_moving
+MAX_SUBAGENTS_TOLD = 1024   # subagents of one dormant run kept from another broker's word
 
 
 @dataclass(slots=True)
@@ -91,10 +92,42 @@ def ended(state: State, run_id: str) -> None:
     state.cluster.runs_changed[run_id] = False
 
 
-def told(state: State, peer: Peer, owned: list, dropped: list) -> list:
-    """``peer`` says it owns the runs ``owned`` and no longer owns ``dropped``.
-    Returns the requests that waited for those runs, to handle again."""
+def held_subagents(state: State, run_ids) -> dict[str, list]:
+    """What the others need to forward sends to the subagents of this broker's dormant
+    runs among ``run_ids`` (sends to them are held here: broker.core.held)."""
+    found = {}
+    for run_id in run_ids:
+        run = state.runs.get(run_id)
+        if run is not None and run.dormant and run.subagents:
+            found[run_id] = [sub.record() for sub in run.subagents.values()]
+    return found
+
+
+def holder_of(state: State, sender, to: str) -> str | None:
+    """The broker holding sends for the dormant-run subagent ``to`` names, as its
+    broker said (a name, Atomic id or old id sharing a group with ``sender``)."""
+    groups = set(sender.groups)
+    for run_id, subs in state.cluster.foreign_subagents.items():
+        for record in subs:
+            sub = Subagent.from_record(record)
+            if sub.named(to) and not groups.isdisjoint(sub.groups):
+                return state.cluster.run_owners.get(run_id)
+    return None
+
+
+def told(state: State, peer: Peer, owned: list, dropped: list,
+         subagents: dict | None = None) -> list:
+    """``peer`` says it owns the runs ``owned`` (``subagents``: those of the dormant
+    ones) and no longer owns ``dropped``. Returns the requests that waited for those
+    runs, to handle again."""
     owners = state.cluster.run_owners
+    foreign = state.cluster.foreign_subagents
+    for run_id in list(owned) + list(dropped):
+        foreign.pop(run_id, None)
+    for run_id, subs in (subagents or {}).items():
+        if run_id in owned and isinstance(subs, list) and \
+                all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in subs):
+            foreign[run_id] = subs[:MAX_SUBAGENTS_TOLD]
     again: list = []
     alive = state.cluster.orphans.pop(peer.broker_id, None)   # it speaks: not dead
     if alive is not None:
@@ -120,6 +153,7 @@ def peer_gone(state: State, peer: Peer, now: float) -> None:
     runs = [r for r, b in owners.items() if b == peer.broker_id]
     for run_id in runs:
         del owners[run_id]
+        state.cluster.foreign_subagents.pop(run_id, None)
     if peer.broker_id in state.cluster.orphans:
         return
     hosts = {run_id: state.cluster.run_hosts.get(run_id) for run_id in runs}

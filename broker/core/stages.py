@@ -130,6 +130,8 @@ def set_host(state: State, run: Run, session: Session) -> None:
     """``session`` hosts ``run`` now (a dormant or leased run is resumed)."""
     run.host_id = session.id
     run.last_host_id = session.id
+    if run.dormant:
+        ownership.registered(state, run.run_id)    # its subagents are reachable again
     run.lease_until, run.dormant = None, False
     state.leased.discard(run.run_id)
     state.hosted.setdefault(session.id, set()).add(run.run_id)

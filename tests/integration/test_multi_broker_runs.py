@@ -195,3 +195,22 @@ def test_three_brokers_a_dead_brokers_run_moves_to_its_hosts_broker_and_the_thir
         assert stage.receive(0.3) is None
     finally:
         cluster.close()
+
+
+def test_a_send_from_another_broker_to_a_dormant_runs_subagent_is_held_by_the_runs_broker(two):
+    peer, run, helper_id, secret = dormant_with_held_send(two)
+    far = two.connect(1, "far", group=f"workflow:{run}")
+
+    def held_from_far():
+        answer = far.intercom(action="send", to="helper", message="from the other broker")
+        return answer if answer.get("held") else None
+
+    answer = wait_until(held_from_far, 15, "broker 1 forwards to the subagent's holder")
+    assert (answer["queued"], answer["position"]) == (True, 2), answer
+    assert far.intercom(action="ask", to="helper", message="?", timeout=5)["code"] == "run_dormant"
+    start_stage(lambda name, **kw: two.connect(0, name, **kw), run, "plan", transcript="t-plan")
+    helper = two.connect(0, "helper", session_id=helper_id,
+                         identity={"sessionId": helper_id, "reclaimSecret": secret})
+    got = [m["message"] for m in take(helper, 2)]
+    assert got == ["while you were away", "from the other broker"]
+    assert helper.receive(timeout=1) is None
