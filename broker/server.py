@@ -10,7 +10,6 @@ counted; nothing a peer sends can stop the loop.
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import os
 import time
@@ -30,10 +29,11 @@ from schemas.protocol import new_packer, pack_frames, unpack_frame
 from .core import Engine, Limits, Persist, Publish, Send
 from .core.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadJobs
 from .core.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
-from .curve import CurveError, CurveServer, exposed
+from .curve import CurveError, CurveServer
 from .link_sockets import LinkSockets
 from .logs import get_logger
 from .persistence import READ_BROKERS, PersistenceWorker
+from .startup import StartupError, bind, check_exposure, lock_ipc
 from .store import StoreOpenError, open_store
 
 DRAIN_LIMIT = 512
@@ -69,10 +69,6 @@ def peer_of(frame: zmq.Frame) -> str:
         if value:
             return f"{prop}={value}"
     return ""
-
-
-class StartupError(Exception):
-    """The broker cannot start; the message says why in words a person can act on."""
 
 
 @dataclass
@@ -115,9 +111,9 @@ class Broker:
                     raise StartupError(str(exc)) from None
                 self.curve_public = self.curve.public.decode()
             self.links = LinkSockets(self.ctx, self.curve)   # DEALERs to the other brokers
-            self._check_exposure()
-            self._lock_ipc(settings.endpoint)
-            self._lock_ipc(settings.pub_endpoint)
+            check_exposure(settings, self.curve is not None, self.warnings)
+            self._locks += [fd for fd in (lock_ipc(settings.endpoint), lock_ipc(settings.pub_endpoint))
+                            if fd is not None]
             snapshot = self._open_store()
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
                                  warnings=self.warnings, pub_endpoint=settings.pub_endpoint,
@@ -125,7 +121,8 @@ class Broker:
                                  curve_public=self.curve_public)
             restored = self.engine.restore(snapshot, time.time())
             self._load_agents()
-            self._bind()
+            self.router, self.pub = bind(self.ctx, settings.endpoint, settings.pub_endpoint,
+                                         self.curve)
         except Exception:
             self.close()
             raise
@@ -146,30 +143,6 @@ class Broker:
 
     # -- setup -------------------------------------------------------------------------
 
-    def _lock_ipc(self, endpoint: str) -> None:
-        """Refuse to start when another broker serves the same ipc path.
-
-        Binding an ipc path that is in use silently steals it from the running
-        broker, so a lock file beside the socket decides first.
-        """
-        if not endpoint.startswith("ipc://"):
-            return
-        lock_path = endpoint[len("ipc://"):] + ".lock"
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise StartupError(f"cannot create {lock_path}: {exc.strerror}; make its directory "
-                               "writable for this user, or pass another --data-dir") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise StartupError(f"another broker (pid {holder}) is already serving {endpoint}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._locks.append(fd)
-
     def _open_store(self) -> Snapshot:
         """Open the database and read it, before any socket is bound: a file that is
         locked, read-only, corrupt or truncated stops the start with one line."""
@@ -187,48 +160,6 @@ class Broker:
         for problem in problems:
             self.log.error("agent_config_rejected", error=problem)
         self.engine.set_agents(agents)
-
-    def _bind(self) -> None:
-        self.router = self.ctx.socket(zmq.ROUTER)
-        self.router.linger = 0
-        self.router.sndhwm = 100_000
-        self.router.rcvhwm = 100_000
-        # Frames past the limit get an error reply; far past it, libzmq drops the peer
-        # before allocating the frame.
-        self.router.maxmsgsize = MAX_FRAME_BYTES * 4
-        self.pub = self.ctx.socket(zmq.PUB)
-        self.pub.linger = 0
-        self.pub.sndhwm = 100_000
-        if self.curve is not None:
-            self.curve.secure(self.router)
-            self.curve.secure(self.pub)
-        # ipc socket files are owner-only whatever the umask (set for the bind, checked after).
-        old_umask = os.umask(0o177)
-        try:
-            for sock, endpoint in ((self.router, self.settings.endpoint),
-                                   (self.pub, self.settings.pub_endpoint)):
-                try:
-                    sock.bind(endpoint)
-                except zmq.ZMQError as exc:
-                    if exc.errno == zmq.EADDRINUSE:
-                        raise StartupError(f"{endpoint} is already in use (another broker?)") from None
-                    raise StartupError(f"cannot bind {endpoint}: {exc.strerror}") from None
-                if endpoint.startswith("ipc://"):
-                    os.chmod(endpoint[len("ipc://"):], 0o600)
-        finally:
-            os.umask(old_umask)
-
-    def _check_exposure(self) -> None:
-        """A bind beyond loopback needs CURVE, or the operator's explicit --insecure."""
-        open_to = [e for e in (self.settings.endpoint, self.settings.pub_endpoint) if exposed(e)]
-        if not open_to or self.curve is not None:
-            return
-        if not self.settings.insecure:
-            raise StartupError(f"{open_to[0]} listens beyond this host without authentication; "
-                               "create keys with 'python -m broker keys --dir DIR' and start with "
-                               "--curve DIR (or pass --insecure to accept the risk)")
-        self.warnings.append(f"insecure: {', '.join(open_to)} accepts unauthenticated clients "
-                             "from the network (started with --insecure)")
 
     # -- loop ----------------------------------------------------------------------------
 

@@ -29,17 +29,20 @@ def broker_id(session) -> str:
     return session.intercom(action="status")["broker"]["id"]
 
 
+def along(cluster: Cluster, endpoints: list[str]):
+    """A connect function for sessions that fail over along ``endpoints``."""
+    def connect(name):
+        session = Client.connect(name=name, endpoint=endpoints, timeout=15)
+        cluster.opened.append(session)
+        return session
+    return connect
+
+
 def linked_run(cluster: Cluster, endpoints=None):
     """A host on broker 0 (with ``endpoints`` to fail over along, if given) with a run
     whose stage ``plan`` is pending, and bob on broker 1 in the run's group, once the
     brokers are linked and broker 1 knows the run."""
-    if endpoints is None:
-        connect = lambda name: cluster.connect(0, name)           # noqa: E731
-    else:
-        def connect(name):
-            session = Client.connect(name=name, endpoint=endpoints, timeout=15)
-            cluster.opened.append(session)
-            return session
+    connect = along(cluster, endpoints) if endpoints else lambda name: cluster.connect(0, name)
     host, run = host_run(connect, [{"name": "plan"}])
     bob = cluster.connect(1, "bob", group=f"workflow:{run}")
     wait_until(lambda: others_live(bob) == 1, 15, "the brokers link")
@@ -166,14 +169,8 @@ def test_holds_and_dormancy_move_with_a_dead_brokers_run(two):
 def test_three_brokers_a_dead_brokers_run_moves_to_its_hosts_broker_and_the_third_follows():
     cluster = Cluster(3, "--host-lease-s", HOST_LEASE_S)
     try:
-        endpoints = [b.endpoint for b in cluster.brokers]
-
-        def connect(name):
-            session = Client.connect(name=name, endpoint=endpoints, timeout=15)
-            cluster.opened.append(session)
-            return session
-
-        host, run = host_run(connect, [{"name": "plan"}])
+        host, run = host_run(along(cluster, [b.endpoint for b in cluster.brokers]),
+                             [{"name": "plan"}])
         carol = cluster.connect(2, "carol", group=f"workflow:{run}")
         wait_until(lambda: others_live(carol) == 2, 15, "three brokers link")
         target = path(run, "plan")

@@ -1,0 +1,92 @@
+"""What a broker checks and takes before it serves: its ipc locks, its exposure, its
+bound sockets. Each failure is a :class:`StartupError` with one line a person can act on.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+
+import zmq
+
+from schemas.limits import MAX_FRAME_BYTES
+
+from .curve import CurveServer, exposed
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message says why in words a person can act on."""
+
+
+def lock_ipc(endpoint: str) -> int | None:
+    """Refuse to start when another broker serves the same ipc path; returns the lock's
+    file descriptor (held while the broker lives), None for a non-ipc endpoint.
+
+    Binding an ipc path that is in use silently steals it from the running broker, so
+    a lock file beside the socket decides first."""
+    if not endpoint.startswith("ipc://"):
+        return None
+    lock_path = endpoint[len("ipc://"):] + ".lock"
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise StartupError(f"cannot create {lock_path}: {exc.strerror}; make its directory "
+                           "writable for this user, or pass another --data-dir") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StartupError(f"another broker (pid {holder}) is already serving {endpoint}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def check_exposure(settings, curve: bool, warnings: list[str]) -> None:
+    """A bind beyond loopback needs CURVE, or the operator's explicit --insecure (then
+    a warning is added to ``warnings``)."""
+    open_to = [e for e in (settings.endpoint, settings.pub_endpoint) if exposed(e)]
+    if not open_to or curve:
+        return
+    if not settings.insecure:
+        raise StartupError(f"{open_to[0]} listens beyond this host without authentication; "
+                           "create keys with 'python -m broker keys --dir DIR' and start with "
+                           "--curve DIR (or pass --insecure to accept the risk)")
+    warnings.append(f"insecure: {', '.join(open_to)} accepts unauthenticated clients "
+                    "from the network (started with --insecure)")
+
+
+def bind(ctx: zmq.Context, endpoint: str, pub_endpoint: str,
+         curve: CurveServer | None) -> tuple[zmq.Socket, zmq.Socket]:
+    """The ROUTER and PUB sockets, bound (CURVE servers when ``curve``)."""
+    router = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    router.sndhwm = 100_000
+    router.rcvhwm = 100_000
+    # Frames past the limit get an error reply; far past it, libzmq drops the peer
+    # before allocating the frame.
+    router.maxmsgsize = MAX_FRAME_BYTES * 4
+    pub = ctx.socket(zmq.PUB)
+    pub.linger = 0
+    pub.sndhwm = 100_000
+    if curve is not None:
+        curve.secure(router)
+        curve.secure(pub)
+    # ipc socket files are owner-only whatever the umask (set for the bind, checked after).
+    old_umask = os.umask(0o177)
+    try:
+        for sock, where in ((router, endpoint), (pub, pub_endpoint)):
+            try:
+                sock.bind(where)
+            except zmq.ZMQError as exc:
+                router.close(0)
+                pub.close(0)
+                if exc.errno == zmq.EADDRINUSE:
+                    raise StartupError(f"{where} is already in use (another broker?)") from None
+                raise StartupError(f"cannot bind {where}: {exc.strerror}") from None
+            if where.startswith("ipc://"):
+                os.chmod(where[len("ipc://"):], 0o600)
+    finally:
+        os.umask(old_umask)
+    return router, pub
