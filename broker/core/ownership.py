@@ -9,9 +9,13 @@ hands over its sticky entries; every other broker knows only *who* owns it
 * A ``workflow:`` send, pipelined send or ask from a session on another broker is
   forwarded to the owner (:mod:`broker.core.forwarding`), whether or not the run's host
   is connected: a dormant run queues there.
-* A stage session, a host or a ``take_over`` that reaches another broker is refused
-  ``run_elsewhere`` with the owner's endpoint (:func:`check_here`); the client
-  reconnects there with its id and sends the request again (``client.transport``).
+* The hello of a stage session (or of a stage's subagent) that reaches another broker
+  is refused ``run_elsewhere`` with the owner's endpoint and CURVE key
+  (:func:`check_here`); the client says hello there instead (``client.transport``).
+  A host operation (``register_run``, ``take_over``, ...) there is refused the same way.
+* The owner tells the others the subagents of its dormant runs
+  (:func:`held_subagents`), so a send to one from any broker is forwarded to it and
+  held there (:func:`holder_of`).
 * When a broker is gone, its runs are *orphans*. The broker its run's host (or a
   stage) fails over to asks the store to move them to itself (``AdoptRuns``), so runs
   follow their clients; past :data:`ADOPT_GRACE_S` any broker asks. The store gives
