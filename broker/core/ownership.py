@@ -217,17 +217,13 @@ def _ask(state: State, dead: str, orphans: "Orphans", now: float) -> None:
 
 def adopted(state: State, dead: str, snapshot: Snapshot | None,
             now: float) -> tuple[list[Run], list]:
-    """The store's answer to ``AdoptRuns(dead)`` (None: it failed, and is asked again;
-    the requests waiting are refused ``run_moving`` meanwhile). Returns the runs taken
-    and the requests to handle again."""
+    """The store's answer to ``AdoptRuns(dead)`` (None: it failed, and is asked again
+    in ADOPT_RETRY_S; the requests waiting go on waiting). Returns the runs taken and
+    the requests to handle again."""
     orphans = state.cluster.orphans.get(dead)
     if snapshot is None:
         if orphans is not None:
             orphans.adopt_at = now + ADOPT_RETRY_S
-            for identity, env in orphans.parked:
-                state.answer(identity, env.get("id"), BusError(
-                    "run_moving", run_id=env.get("runId"), endpoint=state.cluster.endpoint))
-            orphans.parked = []
         return [], []
     state.cluster.orphans.pop(dead, None)
     runs = take(state, snapshot)

@@ -120,3 +120,23 @@ def test_a_stages_subagent_that_reaches_another_broker_is_sent_to_the_runs_broke
     answer = pair.hello(pair.b, "helper", parent=stage_id, grant=child_grant)
     assert (answer["ok"], answer["code"], answer["endpoint"]) == \
         (False, "run_elsewhere", "ipc:///tmp/ba.sock")
+
+
+def test_pipelined_sends_waiting_for_a_failed_adoption_are_all_answered_after_the_retry():
+    pair = linked_pair()
+    hosted(pair)
+    pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    waiting = pair.b.engine.receive(b"bob", envelope("sends", to=PLAN, ids=["p1", "p2"],
+                                                     messages=["one", "two"]), pair.b.now)
+    assert waiting == [AdoptRuns("ba")]                      # parked, nothing answered
+    failed = pair.b.engine.runs_adopted("ba", None, pair.b.now)
+    assert not [c for c in failed if isinstance(c, Send)]    # still waiting, not refused
+    pair.b.engine.receive(b"bob", envelope("hb"), pair.b.now + 5.9)   # bob stays live
+    retry = pair.b.engine.tick(pair.b.now + 6)
+    assert AdoptRuns("ba") in retry
+    pair.b._track(pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now + 6))
+    out = pair.b.commit()
+    acked = [i for c in out if isinstance(c, Send) and c.identity == b"bob"
+             for i in (c.env.get("ids") or [c.env.get("re")])]
+    assert sorted(acked) == ["p1", "p2"], out
+    assert [e.message for e in pair.b.engine.state.sticky.entries(RUN)] == ["one", "two"]
