@@ -36,7 +36,7 @@ from schemas.errors import BusError
 from schemas.limits import LEASE_S
 from schemas.names import FAILED, QUEUED, STARTED
 
-from . import asking, backlog, connect, hosting, invoking, links, ownership, stages
+from . import asking, backlog, connect, departures, hosting, invoking, links, ownership, stages
 from .agents import Conversation
 from .commands import Answer, Command
 from .invocations import RESTARTED, RESTARTED_TEXT, Job
@@ -232,6 +232,8 @@ class Engine:
                 state.stats["sessions.expired"] += 1
                 connect.disconnect(state, session, "heartbeat", now)
             hosting.expire_leases(state)
+        departures.refill(state)
+        departures.tell(state)
         asking.expire(state, now)
         invoking.recheck(state, now)
         if state.cluster.others:
@@ -272,8 +274,10 @@ class Engine:
         return self._flush()
 
     def next_deadline(self) -> float:
-        """When :meth:`tick` next has work: the liveness sweep, an ask's deadline or an
-        invoke destination's recheck."""
+        """When :meth:`tick` next has work: the liveness sweep, an ask's deadline, an
+        invoke destination's recheck, or now while departures are still being told."""
+        if self.state.departures:
+            return 0.0
         deadline = self._next_sweep_at
         for at in (self.state.asks.next_deadline(), self.state.invocations.next_deadline()):
             if at is not None and at < deadline:

@@ -12,7 +12,9 @@ the groups gained or lost (with the full row), presence_update in the groups kep
 
 Cost: one change builds the session's public row once and one event per kind, shared
 by every peer that gets it (the shell encodes a shared envelope once per round), so a
-change costs O(peers + groups) and a mass departure of D sessions O(D × peers).
+change costs O(peers + groups). A departure's in-band events are told through
+:mod:`broker.core.departures`, a bounded number per round, so a mass departure of D
+sessions (O(D × peers) events) is spread instead of stalling everyone else.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from __future__ import annotations
 from schemas import envelopes
 from schemas.names import PRESENCE_UPDATE, SESSION_JOINED, SESSION_LEFT
 
+from . import departures
 from .authority import sees_into, watchers
-
-BRIEF_FIELDS = ("id", "name", "status", "kind")
 from .commands import Publish, Send
+from .departures import BRIEF_FIELDS
 from .sessions import Session
 from .state import State
 
@@ -37,6 +39,13 @@ def membership_changed(state: State, session: Session, before: set[str], after: 
     registry, out = state.registry, state.out
     if session.broker is None and state.cluster.peers:
         state.cluster.changed[session.id] = session    # other brokers hear of it too
+    if departing:
+        row = session.public()
+        for group in sorted(before):
+            out.append(Publish(group, envelopes.presence(SESSION_LEFT, row, group)))
+        departures.queue(state, session, before, _saw(state, session, before))
+        return
+    departures.settle(state, session.id)
     changed = before | after
     peers: set[str] = set()
     for group in changed:
@@ -46,15 +55,12 @@ def membership_changed(state: State, session: Session, before: set[str], after: 
     peers.discard(session.id)
     groups_changed = before != after
     row = session.public()
-    # A departed session's row is who it was, not what it can do: brief, as a mass
-    # departure sends one to every peer of every departing session.
-    told = {k: row[k] for k in BRIEF_FIELDS} if departing else row
     about: dict[str, dict] = {}   # one event per kind, shared by every peer
 
     def event(kind: str) -> dict:
         env = about.get(kind)
         if env is None:
-            env = about[kind] = envelopes.presence(kind, told)
+            env = about[kind] = envelopes.presence(kind, row)
         return env
 
     for peer_id in peers:
@@ -71,7 +77,7 @@ def membership_changed(state: State, session: Session, before: set[str], after: 
                 out.append(Send(session.identity, envelopes.presence(SESSION_JOINED, peer.public())))
         elif was and not now:
             out.append(Send(peer.identity, event(SESSION_LEFT)))
-            if shared_before and not departing:
+            if shared_before:
                 out.append(Send(session.identity, envelopes.presence(SESSION_LEFT, peer.public())))
         elif was and now and groups_changed:
             out.append(Send(peer.identity, event(PRESENCE_UPDATE)))
@@ -91,11 +97,23 @@ def membership_changed(state: State, session: Session, before: set[str], after: 
             out.append(Publish(group, env))
 
 
+def _saw(state: State, session: Session, groups: set[str]) -> list[str]:
+    """Ids of who sees ``session`` now (the registry no longer holds it): members of
+    its groups, and those that see into them through invocation control."""
+    by_group, by_id = state.registry.by_group, state.registry.by_id
+    found = set().union(*(by_group.get(group, ()) for group in groups))
+    found.update(peer_id for peer_id in watchers(state, groups)
+                 if sees_into(state, by_id[peer_id], groups))
+    found.discard(session.id)
+    return list(found)
+
+
 def status_changed(state: State, session: Session) -> None:
     """Tell every session that can see ``session`` about its new status."""
     registry = state.registry
     if session.broker is None and state.cluster.peers:
         state.cluster.changed[session.id] = session
+    departures.settle(state, session.id)
     row = session.public()
     env = envelopes.presence(PRESENCE_UPDATE, row)
     for peer_id in registry.neighbours(session) | watchers(state, session.groups):

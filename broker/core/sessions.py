@@ -57,6 +57,7 @@ class Session:
     mirrored_stage: str | None = None       # a mirror's stage path (its broker holds the binding)
     sent_bytes: int = 0                     # written to its connection (broker.core.backlog)
     read_bytes: int = 0                     # of which its client reported read
+    serial: int = 0                         # the registry's count when it was added
 
     @property
     def stage(self) -> str | None:
@@ -103,11 +104,14 @@ class Registry:
         self.by_atomic: dict[str, set[str]] = defaultdict(set)
         self.subgroups: dict[str, set[str]] = {}    # run id -> its subgroups with members
         self.by_peer: Counter[str] = Counter()      # live sessions per peer
+        self.added = 0                              # sessions added so far (Session.serial)
 
     def __len__(self) -> int:
         return len(self.by_id)
 
     def add(self, session: Session) -> None:
+        self.added += 1
+        session.serial = self.added
         self.by_id[session.id] = session
         self.by_identity[session.identity] = session
         self.by_peer[session.peer] += 1

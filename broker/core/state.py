@@ -31,6 +31,7 @@ from .bounded import RecentMap
 from .cluster import Cluster
 from .commands import Answer, Command, Persist
 from .dedup import MessageIds
+from .departures import Departures
 from .invocations import InvocationTable
 from .records import Record, StickyRow
 from .runs import Run
@@ -100,6 +101,7 @@ class State:
     conversations: Conversations = field(default_factory=Conversations)
     invocations: InvocationTable = field(default_factory=InvocationTable)
     cluster: Cluster = field(default_factory=Cluster)   # the other brokers on the database
+    departures: Departures = field(default_factory=Departures)   # peers still to be told
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)
     internal_errors: list[Exception] = field(default_factory=list)
