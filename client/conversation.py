@@ -37,7 +37,9 @@ class ConversationMethods:
         id of the open turn: its exact text is sent). ``attachments``:
         ``[{"path", "altText"?}]``, files that exist here. Returns ``{"ok": True,
         "final", "sent": True, "channel", ["draft"]}``; ``sent`` means the broker took
-        it for delivery, not that a person read it."""
+        it for delivery, not that a person read it; the answer's ``outputId`` is what
+        the channel's side acknowledges (:meth:`ack_output`), and this session then
+        gets an ``output_acked`` event (:meth:`next_event`) with that ``outputId``."""
         params = respond_params(content, draft, channel, attachments, final)
         problem = respond_problem(params)
         if problem:
@@ -59,6 +61,15 @@ class ConversationMethods:
                 with self._turn_lock:
                     self._turns.delivered(draft)
         return result
+
+    def ack_output(self, output_id: str) -> dict[str, Any]:
+        """Acknowledge an ``output`` event this side received (as the channel's session
+        or as a bridge that showed it): its sender gets an ``output_acked`` event.
+        Returns ``{"ok": True, "acked": True, "outputId", "told"}`` (``told``: the sender
+        was connected), or ``unknown_output`` for an id the broker does not know."""
+        if not isinstance(output_id, str) or not output_id:
+            return error_reply("invalid_params", detail="output_id must be a non-empty string")
+        return self._call("ack_output", {"outputId": output_id})
 
     def begin_turn(self) -> str:
         """Start a turn (the conversation becomes active); ends the open one. Its id."""

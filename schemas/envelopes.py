@@ -71,10 +71,17 @@ def heartbeat() -> dict[str, Any]:
 
 
 def output(channel: str, content: str, attachments: list, final: bool,
-           from_session: str) -> dict[str, Any]:
+           from_session: str, output_id: str, from_id: str) -> dict[str, Any]:
     """A respond delivered to ``channel`` (in-band to its session, and on PUB)."""
     return {"v": _V, "k": "event", "event": "output", "channel": channel, "content": content,
-            "attachments": attachments, "final": final, "fromSession": from_session}
+            "attachments": attachments, "final": final, "fromSession": from_session,
+            "outputId": output_id, "fromId": from_id}
+
+
+def output_acked(output_id: str, channel: str) -> dict[str, Any]:
+    """An output this session sent was acknowledged by its channel's side."""
+    return {"v": _V, "k": "event", "event": "output_acked", "outputId": output_id,
+            "channel": channel}
 
 
 def invocation(job_id: str, agent: str, from_session: str, reason: str) -> dict[str, Any]:

@@ -143,7 +143,7 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("for", str, "what the grant is for: child", max_len=16),
     ), request=True),
     Kind("respond", CLIENT, "Post the agent's output to a channel; answered ``{final, sent, "
-         "channel[, draft]}``.", (
+         "channel, outputId[, draft]}``.", (
         _f("content", str, "the exact text (a draft already turned into its text)",
            required=True, max_len=MAX_MESSAGE_CHARS),
         _f("draft", _STR_OR_NULL, "the draft id when sent by reference", max_len=ID_MAX),
@@ -151,6 +151,11 @@ CLIENT_KINDS: tuple[Kind, ...] = (
            max_len=MAX_CHANNEL_CHARS),
         _f("attachments", list, "[{path, altText?}] (discord: channels only)", max_len=None),
         _f("final", bool, "the turn's final message (default true)"),
+    ), request=True),
+    Kind("ack_output", CLIENT, "Acknowledge an ``output`` (by the channel's session or a "
+         "bridge): its sender gets an ``output_acked`` event; answered ``{acked, outputId, "
+         "told}`` (``told``: the sender was connected to hear it).", (
+        _f("outputId", str, "the output event's outputId", required=True, max_len=ID_MAX),
     ), request=True),
     Kind("sessions", CLIENT, "The caller's agent's sessions: ``{sessions: [...]}``.", (),
          request=True),
@@ -232,7 +237,8 @@ BROKER_KINDS: tuple[Kind, ...] = (
     Kind("event", BROKER, "An in-band event: presence (``session_joined``, "
          "``session_left``, ``presence_update`` with the session's row), "
          "``undeliverable``, ``output`` (a respond to this session's channel; also "
-         "published on PUB, topic ``channel:<channel id>``) or ``invocation`` (a turn "
+         "published on PUB, topic ``channel:<channel id>``), ``output_acked`` (an output "
+         "this session sent was acknowledged) or ``invocation`` (a turn "
          "another session of the agent asked for). Presence is also published on PUB, "
          "topic = group.", (
         _f("event", str, "event name", required=True),
@@ -252,6 +258,9 @@ BROKER_KINDS: tuple[Kind, ...] = (
         _f("final", bool, "output: the turn's final message"),
         _f("fromSession", str, "output, invocation: the sender's channel id",
            max_len=MAX_CHANNEL_CHARS),
+        _f("outputId", str, "output, output_acked: the output's id (acknowledge it with "
+           "ack_output)", max_len=ID_MAX),
+        _f("fromId", str, "output: the sending session's id"),
         _f("id", str, "invocation: the job id (report it with finish_invocation)", max_len=ID_MAX),
         _f("agent", str, "invocation: the calling agent"),
     )),

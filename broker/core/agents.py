@@ -25,7 +25,19 @@ from typing import Any, Iterator
 from schemas.agent_config import DEFAULT_SETTINGS, AgentSettings
 from schemas.names import REMOTE
 
+from .bounded import RecentMap
 from .records import ConversationSaved
+
+OUTPUTS_REMEMBERED = 16_384   # outputs that can still be acknowledged: 8,192 to 16,384
+
+
+@dataclass(slots=True, eq=False)
+class SentOutput:
+    """An output (a respond) that can be acknowledged: who sent it, to which channel."""
+
+    sender_id: str
+    channel: str
+    acked: bool = False
 
 
 def is_remote(channel: str) -> bool:
@@ -62,6 +74,8 @@ class Conversations:
         self.by_session: dict[str, Conversation] = {}
         self.agents_of: dict[str, set[str]] = {}
         self.settings: dict[str, AgentSettings] = {}
+        # Recent outputs by outputId, sent from here or relayed here (ack_output).
+        self.outputs: RecentMap[str, SentOutput] = RecentMap(OUTPUTS_REMEMBERED)
 
     def settings_of(self, agent: str) -> AgentSettings:
         return self.settings.get(agent, DEFAULT_SETTINGS)

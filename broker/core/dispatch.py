@@ -21,7 +21,7 @@ from schemas.limits import PROTOCOL_VERSION
 from . import (connect, conversations, grants, hosting, invoking, membership, messaging, ownership,
                stages)
 from .recovery import recovery
-from .respond import respond
+from .respond import ack_output, respond
 from .params import tool_params
 from .state import State
 
@@ -76,6 +76,7 @@ KINDS: dict[str, Route] = {
     "received": Route(_received),
     "grant": Route(_grant, "a grant request needs a string id"),
     "respond": Route(respond, "a respond needs a string id"),
+    "ack_output": Route(ack_output, "ack_output needs a string id"),
     "sessions": Route(conversations.sessions, "a sessions request needs a string id"),
     "invoke": Route(invoking.invoke, "an invoke needs a string id"),
     "finish_invocation": Route(invoking.finish, "finish_invocation needs a string id"),

@@ -9,7 +9,9 @@ Invariants:
 * an output to any channel other than the caller's own is never final;
 * a respond by draft reference goes only to the caller's own channel;
 * the answer's ``sent: true`` means the broker handed the output to those two paths,
-  not that anyone read it;
+  not that anyone read it; a receipt is the ``output_acked`` event, sent to the
+  responding session when the channel's side acknowledges the answer's ``outputId``
+  (:func:`ack_output`), once per output, for the latest outputs this broker saw;
 * across brokers: a channel whose live session is on another broker gets the output
   relayed over the link, and that broker publishes it on its own PUB too
   (:func:`relayed`), so it is on the PUB of the caller's broker and of the channel's.
@@ -22,6 +24,7 @@ from schemas.errors import BusError
 from schemas.names import CURRENT, channel_topic
 
 from .activity import touch
+from .agents import SentOutput
 from .channels import check_attachments, resolve
 from .commands import Publish, Send
 from .invoking import caller_conversation
@@ -41,7 +44,10 @@ def respond(state: State, session: Session, env: dict, re: str, now: float) -> N
         raise BusError("draft_not_current", channel=channel)
     attachments = check_attachments(channel, env.get("attachments"))
     final = env.get("final", True) is not False and channel == caller.channel
-    output = envelopes.output(channel, env["content"], attachments, final, caller.channel)
+    output_id = state.new_id()
+    output = envelopes.output(channel, env["content"], attachments, final, caller.channel,
+                              output_id, session.id)
+    conversations.outputs[output_id] = SentOutput(session.id, channel)
     target = conversations.get(caller.agent, channel)
     if target is not None and target.live:
         live = state.registry.by_id.get(target.session_id or "")
@@ -50,7 +56,7 @@ def respond(state: State, session: Session, env: dict, re: str, now: float) -> N
             state.out.append(Send(live.identity, output))
     state.out.append(Publish(channel_topic(channel), output))
     state.stats["respond.sent"] += 1
-    answer = {"final": final, "sent": True, "channel": channel}
+    answer = {"final": final, "sent": True, "channel": channel, "outputId": output_id}
     if draft is not None:
         answer["draft"] = draft
     state.answer(session, re, answer)
@@ -63,3 +69,25 @@ def relayed(state: State, session: Session, output: dict) -> None:
     channel = output.get("channel")
     if channel.__class__ is str:
         state.out.append(Publish(channel_topic(channel), output))
+        output_id, sender_id = output.get("outputId"), output.get("fromId")
+        if output_id.__class__ is str and sender_id.__class__ is str:
+            state.conversations.outputs[output_id] = SentOutput(sender_id, channel)
+
+
+def ack_output(state: State, session: Session, env: dict, re: str, now: float) -> None:
+    """The channel's side (its session, or a bridge's) acknowledges an output: its
+    sender hears ``output_acked`` once (over a link when it is on another broker).
+    Knowing the random ``outputId`` is what allows it: only those who got the output
+    have it. Raises BusError(unknown_output)."""
+    output_id = env["outputId"]
+    sent = state.conversations.outputs.get(output_id)
+    if sent is None:
+        raise BusError("unknown_output", output_id=output_id)
+    sender = state.registry.by_id.get(sent.sender_id)
+    told = sender is not None
+    if not sent.acked:
+        sent.acked = True
+        state.stats["respond.acked"] += 1
+        if sender is not None:
+            state.out.append(Send(sender.identity, envelopes.output_acked(output_id, sent.channel)))
+    state.answer(session, re, {"acked": True, "outputId": output_id, "told": told})

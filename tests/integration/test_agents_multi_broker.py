@@ -124,6 +124,18 @@ def test_a_respond_to_a_channel_on_the_other_broker_reaches_it_in_band_and_on_th
     assert (inband["channel"], inband["content"], inband["final"]) == ("discord:2", "over there", False)
 
 
+def test_an_output_acknowledged_on_the_other_broker_reaches_its_sender(two):
+    caller, dest = split(two)
+    sent = caller.respond(content="ack me", channel="discord:2")
+    output = next_of(dest, "output")
+    while output["content"] != "ack me":
+        output = next_of(dest, "output")
+    assert output["outputId"] == sent["outputId"]
+    assert dest.ack_output(output["outputId"])["told"] is True
+    acked = next_of(caller, "output_acked")
+    assert (acked["outputId"], acked["channel"]) == (sent["outputId"], "discord:2")
+
+
 # -- conversations ----------------------------------------------------------------------
 
 def test_a_conversation_opened_on_the_other_broker_later_is_listed_and_remembered(two):

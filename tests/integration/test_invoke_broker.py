@@ -173,7 +173,8 @@ def test_an_output_is_published_on_its_channel_topic_and_delivered_in_band(runni
         while True:                       # until the subscription has reached the broker
             result = caller.request("respond", content="over there", channel="discord:2")
             assert result == {"v": 1, "k": "result", "re": result["re"], "ok": True,
-                              "final": False, "sent": True, "channel": "discord:2"}
+                              "final": False, "sent": True, "channel": "discord:2",
+                              "outputId": result["outputId"]}
             if sub.poll(200):
                 break
             assert time.monotonic() < deadline, "no output published"

@@ -35,8 +35,10 @@ def test_respond_to_current_reaches_the_own_session_and_the_channel_tail(bus, ch
     tail.warm_up(me, "current")
     drain_events(me)
     result = me.respond(content="Here's the information\nyou requested.")
+    output_id = result.pop("outputId")
     assert result == {"ok": True, "final": True, "sent": True, "channel": me.channel}
     (event,) = outputs(me)
+    assert event["outputId"] == output_id
     assert event["content"] == "Here's the information\nyou requested."
     assert event["channel"] == me.channel and event["fromSession"] == me.channel
     assert event["final"] is True and event["attachments"] == []
@@ -67,7 +69,8 @@ def test_respond_to_an_explicit_channel_with_attachments_is_not_final_and_carrie
     attachments = [{"path": str(report)}, {"path": str(chart), "altText": "Revenue by quarter"}]
     result = caller.respond(content="Here's the report", channel=there.channel,
                             attachments=attachments, final=True)
-    assert result == {"ok": True, "final": False, "sent": True, "channel": there.channel}
+    assert result == {"ok": True, "final": False, "sent": True, "channel": there.channel,
+                      "outputId": result["outputId"]}
     (event,) = outputs(there)
     assert event["attachments"] == attachments and event["fromSession"] == caller.channel
     assert event["final"] is False
@@ -193,7 +196,8 @@ def test_a_draft_sent_by_reference_delivers_its_exact_text_and_history_keeps_it(
     draft = me.record_draft(text, complete=True)
     drain_events(me)
     result = me.respond(draft=draft)
-    assert result == {"ok": True, "final": True, "sent": True, "channel": me.channel, "draft": draft}
+    assert result == {"ok": True, "final": True, "sent": True, "channel": me.channel,
+                      "draft": draft, "outputId": result["outputId"]}
     assert [e["content"] for e in outputs(me)] == [text]
     (entry,) = [e for e in entries if e["type"] == "respond"]
     assert entry["content"] == text and entry["draft"] == draft
@@ -256,3 +260,27 @@ def test_an_ephemeral_conversation_keeps_no_recovery_row_and_cannot_be_reset(bus
     assert recovery_rows(bus.broker.db, "lys", me.channel) == []
     assert me.reset()["code"] == "not_persistent"
     assert me.delete()["code"] == "not_persistent"
+
+
+def test_the_channels_session_acknowledges_an_output_and_its_sender_hears_output_acked(bus):
+    agent = unique("ack")
+    sender = conversation(bus, agent, f"discord:{unique('a')}")
+    reader = conversation(bus, agent, f"discord:{unique('b')}")
+    drain_events(sender)
+    sent = sender.respond(content="the report is ready", channel=reader.channel)
+    assert sent["ok"] and sent["sent"] is True
+    (event,) = outputs(reader)
+    assert event["outputId"] == sent["outputId"] and event["fromId"] == sender.id
+    assert reader.ack_output(event["outputId"]) == {
+        "ok": True, "acked": True, "outputId": sent["outputId"], "told": True}
+    acked, _ = wait_for_event(sender, lambda e: e["event"] == "output_acked", timeout=10)
+    assert acked["outputId"] == sent["outputId"] and acked["channel"] == reader.channel
+    # Acknowledged once: a second ack is answered, and tells nobody again.
+    assert reader.ack_output(event["outputId"])["acked"] is True
+    assert [e for e in drain_events(sender) if e["event"] == "output_acked"] == []
+
+
+def test_an_unknown_output_id_cannot_be_acknowledged(bus):
+    me = conversation(bus, "lys")
+    answer = me.ack_output("5f0c1a2b-0000-4000-8000-000000000000")
+    assert answer["ok"] is False and answer["code"] == "unknown_output"

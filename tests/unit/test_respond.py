@@ -103,10 +103,12 @@ def test_current_goes_to_the_callers_own_session_and_on_pub_as_final():
     bus = agent_bus()
     bus.hello("a", agent="lys", channel="discord:1")
     result = respond(bus, b"a", "done", final=True)
+    output_id = result.pop("outputId")
     assert result == {"ok": True, "final": True, "sent": True, "channel": "discord:1"}
     assert published(bus) == [("channel:discord:1", "done")]
     (event,) = outputs(bus, b"a")
     assert event["fromSession"] == "discord:1" and event["final"] is True
+    assert event["outputId"] == output_id
 
 
 def test_a_respond_to_another_session_of_the_agent_is_delivered_there_and_not_final():
@@ -152,8 +154,9 @@ def test_receiving_a_message_makes_a_session_the_last_active():
 def test_last_without_any_activity_is_the_caller_itself():
     bus = agent_bus()
     bus.hello("a", agent="lys", channel="discord:1")
-    assert respond(bus, b"a", channel="last") == {"ok": True, "final": True, "sent": True,
-                                                   "channel": "discord:1"}
+    result = respond(bus, b"a", channel="last")
+    assert result == {"ok": True, "final": True, "sent": True, "channel": "discord:1",
+                      "outputId": result["outputId"]}
 
 
 def test_owner_goes_to_the_configured_channel_and_is_not_final():
