@@ -94,16 +94,21 @@ def refuse(problem: str) -> int:
 
 
 def keys_main(argv: list[str]) -> int:
-    """``python -m broker keys --dir DIR [--client NAME ...]``."""
+    """``python -m broker keys --dir DIR [--client NAME ...] [--force]``."""
     parser = argparse.ArgumentParser(prog="python -m broker keys",
-                                     description="Create CURVE key pairs for the broker and its clients.")
+                                     description="Create the CURVE key pairs of the broker and its "
+                                     "clients that are missing; existing pairs are kept.")
     parser.add_argument("--dir", type=Path, required=True, help="where to write the keys")
     parser.add_argument("--client", action="append", metavar="NAME",
                         help="a client key pair to create (repeatable; default: one named 'client')")
+    parser.add_argument("--force", action="store_true",
+                        help="replace existing pairs too (every client holding one must get the new one)")
     args = parser.parse_args(argv)
     try:
-        for path in create_keys(args.dir.expanduser(), args.client or ["client"]):
-            print(path)
+        for done, path in create_keys(args.dir.expanduser(), args.client or ["client"], args.force):
+            note = {"kept": " (exists; --force replaces it)",
+                    "replaced": " (the old pair no longer works)"}.get(done, "")
+            print(f"{done} {path}{note}")
     except OSError as exc:
         return refuse(f"cannot write keys in {args.dir}: {exc.strerror or exc}")
     return 0

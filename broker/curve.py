@@ -31,20 +31,31 @@ class CurveError(Exception):
     """Keys missing or unreadable; the message says which file."""
 
 
-def create_keys(directory: Path, clients: list[str]) -> list[Path]:
-    """Write the broker's pair and one pair per client; returns the files written."""
+CREATED, KEPT, REPLACED = "created", "kept", "replaced"
+
+
+def create_keys(directory: Path, clients: list[str], force: bool = False) -> list[tuple[str, Path]]:
+    """Make the broker's pair and one pair per client, each only where it is missing:
+    deployed clients hold these keys, so a pair that exists (either of its files: a
+    client's secret may have been moved to its host) is kept unless ``force``.
+    Returns (what was done, public key file) per pair."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     (directory / CLIENTS_DIR).mkdir(mode=0o700, exist_ok=True)
-    written = []
+    done = []
     old = os.umask(0o077)            # secret files are never readable by others, not even briefly
     try:
         for where, name in [(directory, BROKER_NAME)] + [(directory / CLIENTS_DIR, c) for c in clients]:
+            public_file, secret_file = where / f"{name}.key", where / f"{name}.key_secret"
+            exists = public_file.exists() or secret_file.exists()
+            if exists and not force:
+                done.append((KEPT, public_file))
+                continue
             public, secret = zmq.auth.create_certificates(str(where), name)
             os.chmod(secret, 0o600)
-            written += [Path(public), Path(secret)]
+            done.append((REPLACED if exists else CREATED, Path(public)))
     finally:
         os.umask(old)
-    return written
+    return done
 
 
 def load_pair(path: Path) -> tuple[bytes, bytes]:

@@ -127,6 +127,27 @@ def test_secret_key_files_are_owner_only(curve_broker):
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
 
 
+def _keys(directory, *args: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "broker", "keys", "--dir", str(directory), *args],
+                          cwd=ROOT, check=True, capture_output=True, text=True, timeout=30,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return done.stdout.splitlines()
+
+
+def test_keys_run_again_keeps_every_existing_pair_and_adds_only_the_missing_ones(short_tmp):
+    keys = short_tmp / "keys"
+    _keys(keys, "--client", "alice")
+    before = {p.name: p.read_bytes() for p in [*keys.glob("*.key*"), *keys.glob("clients/*")]}
+    lines = _keys(keys, "--client", "alice", "--client", "carol")
+    after = {p.name: p.read_bytes() for p in [*keys.glob("*.key*"), *keys.glob("clients/*")]}
+    assert {name: after[name] for name in before} == before, "existing keys were rewritten"
+    assert set(after) - set(before) == {"carol.key", "carol.key_secret"}
+    assert [line.split()[0] for line in lines] == ["kept", "kept", "created"]
+    replaced = _keys(keys, "--client", "alice", "--force")
+    assert [line.split()[0] for line in replaced] == ["replaced", "replaced"]
+    assert (keys / "broker.key").read_bytes() != before["broker.key"]
+
+
 def test_an_allowed_key_works_as_without_curve_tail_included(curve_broker):
     router, pub, keys = curve_broker
     alice = from_directory(keys, "alice")
