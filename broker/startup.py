@@ -9,6 +9,7 @@ import os
 
 import zmq
 
+from schemas.endpoints import endpoint_problem
 from schemas.limits import MAX_FRAME_BYTES
 
 from .curve import CurveServer, exposed
@@ -59,7 +60,13 @@ def check_exposure(settings, curve: bool, warnings: list[str]) -> None:
 
 def bind(ctx: zmq.Context, endpoint: str, pub_endpoint: str,
          curve: CurveServer | None) -> tuple[zmq.Socket, zmq.Socket]:
-    """The ROUTER and PUB sockets, bound (CURVE servers when ``curve``)."""
+    """The ROUTER and PUB sockets, bound (CURVE servers when ``curve``).
+
+    Raises StartupError for an endpoint that is not one (before anything is bound)."""
+    for where in (endpoint, pub_endpoint):
+        why = endpoint_problem(where, bind=True)
+        if why is not None:
+            raise StartupError(f"cannot bind {where!r}: {why}")
     router = ctx.socket(zmq.ROUTER)
     router.linger = 0
     router.sndhwm = 100_000

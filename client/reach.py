@@ -11,11 +11,10 @@ TCP connect that neither succeeds nor is refused) leaves the full wait to the we
 
 from __future__ import annotations
 
-import re
 import socket
 import time
 
-_ENDPOINT = re.compile(r"(ipc|inproc)://.+|tcp://[^:]+:\d+|tcp://\[[0-9a-fA-F:.]+\]:\d+")
+from schemas.endpoints import endpoint_problem
 # How long a missing or refusing broker is given to appear, and how often it is probed.
 GRACE_S = 1.0
 _PROBE_EVERY_S = 0.02
@@ -23,10 +22,8 @@ _PROBE_EVERY_S = 0.02
 
 def problem(endpoint: object) -> tuple[str, str] | None:
     """(error code, text) when ``endpoint`` can never reach a broker, else None."""
-    if isinstance(endpoint, str) and _ENDPOINT.fullmatch(endpoint):
-        return None
-    return ("invalid_endpoint", f"{endpoint!r} is not an endpoint the client can use "
-            "(ipc://PATH or tcp://HOST:PORT)")
+    why = endpoint_problem(endpoint)
+    return None if why is None else ("invalid_endpoint", f"{endpoint!r}: {why}")
 
 
 def nobody_listens(endpoint: str, grace_s: float = GRACE_S) -> str | None:

@@ -45,9 +45,9 @@ _TABLE = [
     ErrorSpec("missing_param", "request", "Action {action!r} requires {param!r}"),
     ErrorSpec("invalid_attachment", "request", "Attachment {index}: {detail}"),
     ErrorSpec("message_too_large", "request", "Message of {size} characters exceeds the limit of {limit}"),
-    ErrorSpec("invalid_group", "request", "Group name must be a non-empty string of at most {limit} characters"),
+    ErrorSpec("invalid_group", "request", "Group name must be a non-empty string of at most {limit} characters, with no control characters"),
     ErrorSpec("reserved_group", "request", "Group name {group!r} is reserved for subagent auto-groups"),
-    ErrorSpec("invalid_name", "request", "Session name must be a non-empty string of at most {limit} characters"),
+    ErrorSpec("invalid_name", "request", "Session name must be a non-empty string of at most {limit} characters, with no control characters"),
     ErrorSpec("invalid_status", "request", "Status must be 'idle', 'thinking' or 'tool:<name>' "
               "(a noninteractive child may also report completed, failed, interrupted or cancelled)"),
     ErrorSpec("message_id_conflict", "request", "Message id {id!r} was already used for a different message"),

@@ -21,12 +21,19 @@ ENV_GROUP_VARS = ("ATOMIC_INTERCOM_GROUP", "PI_INTERCOM_GROUP")
 WORKFLOW_PREFIX = "workflow:"
 
 
+def has_control_chars(text: str) -> bool:
+    """Whether ``text`` holds a control character (a newline, an escape, DEL...): names
+    people read in lists and tables never do."""
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
 def clean_group(name: object) -> str:
     """Trim and check a group name a caller asked to join.
 
     Raises BusError(invalid_group | reserved_group).
     """
-    if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_GROUP_CHARS:
+    if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_GROUP_CHARS \
+            or has_control_chars(name.strip()):
         raise BusError("invalid_group", limit=MAX_GROUP_CHARS)
     name = name.strip()
     if name.lower() in RESERVED_GROUPS:

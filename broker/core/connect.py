@@ -23,7 +23,7 @@ from typing import Any
 
 from schemas import envelopes
 from schemas.errors import BusError
-from schemas.groups import clean_group, resolve_home_group
+from schemas.groups import clean_group, has_control_chars, resolve_home_group
 from schemas.limits import MAX_NAME_CHARS
 from schemas.names import (IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES, SESSION_KINDS,
                            STAGE, TERMINAL, TERMINAL_CHILD_STATUSES, THINKING, TOOL_PREFIX)
@@ -61,7 +61,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
             return
         raise BusError("already_connected")
     name = env["name"].strip()
-    if not name or len(name) > MAX_NAME_CHARS:
+    if not name or len(name) > MAX_NAME_CHARS or has_control_chars(name):
         raise BusError("invalid_name", limit=MAX_NAME_CHARS)
     kind = env.get("sessionKind") or INTERACTIVE
     if kind not in SESSION_KINDS:

@@ -202,3 +202,15 @@ def test_broker_reads_its_default_config_file_from_home(short_tmp):
     stderr = (short_tmp / "stderr.log").read_text()
     errors = [r for r in log_records(stderr) if r.get("level") == "error"]
     assert len(errors) == 1 and str(config) in json.dumps(errors[0]), stderr
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:99999", "tcp://127.0.0.1", "127.0.0.1:5555"])
+def test_an_invalid_endpoint_is_refused_with_one_line_and_nothing_is_bound(tmp_path, endpoint):
+    data = tmp_path / "d"
+    done = subprocess.run(
+        broker_command(data, "--endpoint", endpoint, "--pub-endpoint", f"ipc://{tmp_path}/p.sock"),
+        cwd=ROOT, env=child_env(data), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("broker: cannot bind") and repr(endpoint) in line
+    assert not (tmp_path / "p.sock").exists()

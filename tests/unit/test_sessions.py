@@ -95,6 +95,16 @@ def test_join_of_reserved_names_is_refused():
     assert bus.call(b"alice", "join")["code"] == "missing_param"
 
 
+def test_group_and_session_names_with_control_characters_are_refused():
+    bus = Bus()
+    bus.hello("alice")
+    for group in ("api\nreview", "tab\there", "esc\x1b[31m", "del\x7f"):
+        assert bus.call(b"alice", "join", group=group)["code"] == "invalid_group", group
+    assert bus.call(b"alice", "status")["groups"] == ["default"]
+    assert bus.hello("bob\nsmith", identity=b"bob")["code"] == "invalid_name"
+    assert bus.hello("bob smith", identity=b"bob")["ok"] is True
+
+
 def test_join_makes_both_sides_visible_and_tells_both():
     bus = Bus()
     bus.hello("alice")
