@@ -63,7 +63,7 @@ _TABLE = [
     ErrorSpec("invalid_target", "target", "{to!r} is neither a full session id, an exact name, nor a unique 8-hex id prefix"),
     ErrorSpec("self_target", "target", "Cannot message the current session"),
     ErrorSpec("different_group", "target", "Target session is in a different intercom group"),
-    ErrorSpec("workflow_different_group", "target", "Target workflow run is in a different intercom group"),
+    ErrorSpec("workflow_different_group", "target", "Target workflow run is in a different intercom group{hint}"),
     ErrorSpec("non_agent_target", "target", "{to!r} is a non-agent workflow node (prompt or tool) and cannot receive messages"),
     ErrorSpec("ambiguous_stage", "target", "{to!r} matches several live stages ({candidates}); ask by the exact stage path from intercom list"),
     ErrorSpec("invalid_path", "target", "{to!r} is not a valid workflow path: {detail}"),

@@ -131,7 +131,7 @@ def check_join(state: State, session: Session, group: str) -> None:
     if owner is not None and owner[1]:
         run = state.runs.get(owner[0])
         if run is None or not controls(session, run):
-            raise BusError("workflow_different_group")
+            raise different_group(session, owner[0])
 
 
 def check_claimed(groups: list[str], home: str, is_stage: bool) -> None:
@@ -147,9 +147,9 @@ def check_claimed(groups: list[str], home: str, is_stage: bool) -> None:
             continue
         if is_stage:
             if group != home:
-                raise BusError("workflow_different_group")
+                raise BusError("workflow_different_group", hint="")
         elif group.split("/", 1)[0] not in groups:
-            raise BusError("workflow_different_group")
+            raise BusError("workflow_different_group", hint="")
 
 
 def run_for(state: State, session: Session, path: WorkflowPath) -> Run:
@@ -161,10 +161,22 @@ def run_for(state: State, session: Session, path: WorkflowPath) -> Run:
     if run is None:
         if run_group(path.run_id) in session.groups:
             raise BusError("unknown_run", run_id=path.run_id)
-        raise BusError("workflow_different_group")
+        raise different_group(session, path.run_id)
     if not controls(session, run):
-        raise BusError("workflow_different_group")
+        raise different_group(session, path.run_id)
     return run
+
+
+def different_group(session: Session, run_id: str) -> BusError:
+    """The refusal of a run's stages to a session without control, saying how control
+    is gained (a stage never gains it)."""
+    if session.stage is not None:
+        hint = ("; a workflow stage cannot steer another run, nor its own run's parent "
+                "or sibling groups")
+    else:
+        hint = (f"; to steer it, join its invocation group first: "
+                f"intercom({{action: \"join\", group: \"{run_group(run_id)}\"}})")
+    return BusError("workflow_different_group", hint=hint)
 
 
 def refuse_non_agent(state: State, caller: Session, to: str, target: Session | None) -> None:

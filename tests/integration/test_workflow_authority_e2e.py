@@ -124,9 +124,9 @@ def test_non_member_send_to_run_is_refused_as_different_group(connect):
     outsider = connect("outsider")
 
     for target in (path(run, "plan"), path(run, "**"), path(run, "later")):
-        assert_refused(send(outsider, target, "let me in"), "workflow_different_group", DIFFERENT_GROUP_TEXT)
+        assert_refused(send(outsider, target, "let me in"), "workflow_different_group", DIFFERENT_GROUP_TEXT, starts=True)
     assert_refused(outsider.intercom(action="ask", to=path(run, "plan"), message="?", timeout=5),
-                   "workflow_different_group", DIFFERENT_GROUP_TEXT)
+                   "workflow_different_group", DIFFERENT_GROUP_TEXT, starts=True)
     assert "workflows" not in ok(outsider.intercom(action="list"))
 
 
@@ -135,7 +135,7 @@ def test_host_of_another_run_is_refused_as_different_group(connect):
     other_host, _other = host_run(connect, [{"name": "plan"}], name="other-host")
 
     assert_refused(send(other_host, path(run, "plan"), "cross-run"),
-                   "workflow_different_group", DIFFERENT_GROUP_TEXT)
+                   "workflow_different_group", DIFFERENT_GROUP_TEXT, starts=True)
 
 
 def test_stage_of_another_run_joining_the_invocation_group_is_refused(connect):
@@ -145,9 +145,9 @@ def test_stage_of_another_run_joining_the_invocation_group_is_refused(connect):
     ok(worker.intercom(action="join", group=f"workflow:{run}"))
 
     assert_refused(send(worker, path(run, "plan"), "cross-run"),
-                   "workflow_different_group", DIFFERENT_GROUP_TEXT)
+                   "workflow_different_group", DIFFERENT_GROUP_TEXT, starts=True)
     assert_refused(send(worker, path(run, "**"), "cross-run"),
-                   "workflow_different_group", DIFFERENT_GROUP_TEXT)
+                   "workflow_different_group", DIFFERENT_GROUP_TEXT, starts=True)
 
 
 def test_subgroup_stage_joining_the_invocation_group_cannot_queue_to_the_run(connect):
@@ -158,7 +158,7 @@ def test_subgroup_stage_joining_the_invocation_group_cannot_queue_to_the_run(con
     assert f"workflow:{run}" in joined["groups"], joined
 
     for target in (path(run, "plan"), path(run, "**"), path(run, "later")):
-        assert_refused(send(rev, target, "parent control?"), "workflow_different_group", DIFFERENT_GROUP_TEXT)
+        assert_refused(send(rev, target, "parent control?"), "workflow_different_group", DIFFERENT_GROUP_TEXT, starts=True)
     assert stage_row(run_row(host, run), "plan")["queued"] == 0
 
 
@@ -285,7 +285,7 @@ def test_subgroup_member_cannot_reach_sibling_subgroup(connect):
     rev = start_stage(connect, run, "rev")
     wri = start_stage(connect, run, "wri")
 
-    assert_refused(send(rev, path(run, "wri"), "sibling"), "workflow_different_group", DIFFERENT_GROUP_TEXT)
+    assert_refused(send(rev, path(run, "wri"), "sibling"), "workflow_different_group", DIFFERENT_GROUP_TEXT, starts=True)
     assert_refused(send(rev, wri.id, "sibling by id"), "different_group")
     assert_refused(rev.intercom(action="join", group=f"workflow:{run}/writers"), "workflow_different_group")
 

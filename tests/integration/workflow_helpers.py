@@ -36,13 +36,16 @@ def ok(result: dict) -> dict:
     return result
 
 
-def assert_refused(result: dict, code: str, text: str | None = None) -> None:
+def assert_refused(result: dict, code: str, text: str | None = None, *,
+                   starts: bool = False) -> None:
+    """A refusal with ``code`` and exactly ``text`` (with ``starts``: beginning with it,
+    as a text that goes on with guidance for this caller)."""
     assert isinstance(result, dict) and result.get("ok") is False, result
     assert result.get("code") == code, result
     assert result.get("code") in ERRORS, result
     assert isinstance(result.get("error"), str) and result["error"], result
     if text is not None:
-        assert result["error"] == text, result
+        assert result["error"].startswith(text) if starts else result["error"] == text, result
 
 
 # -- sessions --------------------------------------------------------------------------------

@@ -199,8 +199,22 @@ def test_subgroup_members_cannot_reach_sibling_subgroups_or_gain_control_by_join
     bus.call(b"reviewer", "join", group="workflow:r1")
     result = send(bus, b"reviewer", "workflow:r1/plan")
     assert result["code"] == "workflow_different_group"
-    assert result["error"] == "Target workflow run is in a different intercom group"
+    assert result["error"] == ("Target workflow run is in a different intercom group; a "
+                               "workflow stage cannot steer another run, nor its own run's "
+                               "parent or sibling groups")
     assert bus.call(b"reviewer", "join", group="workflow:r1/auditors")["code"] == "workflow_different_group"
+
+
+def test_a_session_without_control_is_told_to_join_the_invocation_group():
+    bus = hosted()
+    bus.hello("main")
+    result = send(bus, b"main", "workflow:r1/plan")
+    assert result["code"] == "workflow_different_group"
+    assert result["error"] == ("Target workflow run is in a different intercom group; to steer "
+                               'it, join its invocation group first: intercom({action: "join", '
+                               'group: "workflow:r1"})')
+    assert bus.call(b"main", "join", group="workflow:r1")["ok"]
+    assert queue(bus, b"main", "workflow:r1/plan")["queued"] is True
 
 
 def test_another_run_and_non_members_are_refused():
