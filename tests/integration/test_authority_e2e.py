@@ -209,3 +209,57 @@ def test_ipc_socket_files_are_owner_only_whatever_the_umask(short_tmp):
             assert mode == 0o600, (endpoint, oct(mode))
     finally:
         broker.stop()
+
+
+# -- database files ----------------------------------------------------------------------------
+
+def _modes(db: Path) -> dict[str, str]:
+    return {suffix: oct(stat.S_IMODE(Path(f"{db}{suffix}").stat().st_mode))
+            for suffix in ("", "-wal", "-shm") if Path(f"{db}{suffix}").exists()}
+
+
+def test_a_database_outside_the_data_dir_is_owner_only_with_its_wal_and_shm(short_tmp):
+    elsewhere = short_tmp / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    db = elsewhere / "bus.db"
+    (short_tmp / "data").mkdir()
+    old = os.umask(0)
+    try:
+        broker = start_broker(short_tmp / "data", "--db", str(db))
+    finally:
+        os.umask(old)
+    try:
+        with _connect(broker.endpoint, "host") as host:
+            # register_run is answered once its run is committed (or about then): the
+            # WAL then holds a write; wait for both companions to exist.
+            ok(host.register_run(new_run_id(), [{"name": "plan"}]))
+            deadline = time.monotonic() + 10
+            while len(_modes(db)) < 3:
+                assert time.monotonic() < deadline, _modes(db)
+                ok(host.intercom(action="status"))
+        assert _modes(db) == {"": "0o600", "-wal": "0o600", "-shm": "0o600"}
+    finally:
+        broker.stop()
+
+
+def test_a_database_left_readable_by_others_is_made_owner_only_at_start(short_tmp):
+    elsewhere = short_tmp / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    db = elsewhere / "bus.db"
+    (short_tmp / "a").mkdir()
+    (short_tmp / "b").mkdir()
+    first = start_broker(short_tmp / "a", "--db", str(db))
+    with _connect(first.endpoint, "probe"):
+        pass
+    first.stop()
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{db}{suffix}").exists():
+            os.chmod(f"{db}{suffix}", 0o644)     # as an older broker or a copy left it
+    broker = start_broker(short_tmp / "b", "--db", str(db))
+    try:
+        with _connect(broker.endpoint, "probe"):
+            pass
+        assert set(_modes(db).values()) == {"0o600"}
+        assert "database_mode_tightened" in broker.log.read_text()
+    finally:
+        broker.stop()
