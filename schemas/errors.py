@@ -88,7 +88,7 @@ _TABLE = [
               "launches this one receives it (register_run's grants, grant_child) and passes it on"),
     ErrorSpec("invalid_grant", "authority", "The grant does not allow this session to {what} "
               "(another stage, run or launcher, or revoked)"),
-    ErrorSpec("auth_failed", "authority", "The broker refused this client's CURVE key: {detail}"),
+    ErrorSpec("auth_failed", "authority", "The broker refused this client's handshake: {detail}"),
     ErrorSpec("no_agent", "authority", "This session belongs to no agent; connect with agent=... "
               "to use {what}"),
     ErrorSpec("invoke_remote_caller", "authority", "A remote session cannot invoke other sessions"),

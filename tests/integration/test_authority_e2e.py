@@ -172,6 +172,47 @@ def test_a_refused_key_fails_fast_with_auth_failed_and_no_session(curve_broker):
         assert [s["name"] for s in ok(watcher.intercom(action="list"))["sessions"]] == []
 
 
+def _refused_within(router: str, seconds: float, **keys) -> ConnectError:
+    started = time.monotonic()
+    with pytest.raises(ConnectError) as refused:
+        Client.connect(name="wrong", endpoint=router, timeout=10, **keys)
+    assert time.monotonic() - started < seconds
+    return refused.value
+
+
+def test_a_wrong_broker_key_fails_auth_failed_in_about_a_second(curve_broker):
+    router, _, keys = curve_broker
+    alice = from_directory(keys, "alice")
+    bob = from_directory(keys, "bob")
+    refused = _refused_within(router, 2.5, curve_server_key=bob.public_key,
+                              curve_public_key=alice.public_key, curve_secret_key=alice.secret_key)
+    assert refused.code == "auth_failed" and "curve_server_key" in str(refused)
+
+
+def test_a_client_without_keys_against_a_curve_broker_fails_auth_failed_in_about_a_second(curve_broker):
+    router, _, _ = curve_broker
+    refused = _refused_within(router, 2.5)
+    assert refused.code == "auth_failed" and "no keys" in str(refused)
+
+
+def test_a_curve_client_still_connects_and_stays_connected_with_the_right_keys(curve_broker):
+    router, _, keys = curve_broker
+    alice = from_directory(keys, "alice")
+    args = {"curve_server_key": alice.server_key, "curve_public_key": alice.public_key,
+            "curve_secret_key": alice.secret_key}
+    with _connect(router, "one", **args) as one, _connect(router, "two", **args) as two:
+        assert one._transport.auth_monitor is None     # the watch ended with the welcome
+        ok(two.intercom(action="send", to=one.id, message="after the watch"))
+        assert one.receive(timeout=10)["message"] == "after the watch"
+
+
+def test_no_broker_at_a_tcp_endpoint_is_still_no_broker():
+    started = time.monotonic()
+    with pytest.raises(ConnectError) as refused:
+        Client.connect(name="lonely", endpoint=f"tcp://127.0.0.1:{_free_port()}", timeout=10)
+    assert refused.value.code == "no_broker" and time.monotonic() - started < 5
+
+
 def test_a_network_bind_without_curve_is_refused_unless_insecure(short_tmp):
     endpoint = f"tcp://0.0.0.0:{_free_port()}"
     proc = _broker(short_tmp, "--endpoint", endpoint, "--pub-endpoint", f"ipc://{short_tmp}/p.sock")
