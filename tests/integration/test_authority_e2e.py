@@ -61,6 +61,40 @@ def test_a_child_is_supervised_only_by_the_launcher_that_granted_it(connect):
     assert child.home_group == launcher.home_group and child.parent_id == launcher.id
 
 
+def test_a_child_grant_admits_one_child_and_a_second_is_refused_grant_used(connect):
+    launcher = connect("launcher", group="mine-" + new_run_id())
+    grant = ok(launcher.grant_child())["grant"]
+    child = connect("child", parent=launcher.id, grant=grant)
+    for name in ("second", "third"):
+        with pytest.raises(ConnectError) as refused:
+            connect(name, parent=launcher.id, grant=grant)
+        assert refused.value.code == "grant_used"
+        child.close()
+    other = connect("other", parent=launcher.id, grant=ok(launcher.grant_child())["grant"])
+    assert other.parent_id == launcher.id
+
+
+def test_a_child_takes_its_id_back_with_its_grant_after_a_broker_restart(short_tmp):
+    broker = start_broker(short_tmp)
+    try:
+        launcher = _connect(broker.endpoint, "launcher", group="mine")
+        grant = ok(launcher.grant_child())["grant"]
+        child = _connect(broker.endpoint, "child", parent=launcher.id, grant=grant)
+        first = child.id
+        broker.stop()
+        broker = start_broker(short_tmp)
+        deadline = time.monotonic() + 30
+        while not (status := child.intercom(action="status")).get("connected"):
+            assert time.monotonic() < deadline, status
+        assert child.id == first and child.welcome["brokerId"] != ""
+        assert child.parent_id == launcher.id and child.welcome.get("reclaimed", True) is True
+        with pytest.raises(ConnectError) as refused:
+            _connect(broker.endpoint, "copy", parent=launcher.id, grant=grant)
+        assert refused.value.code == "grant_used"
+    finally:
+        broker.stop()
+
+
 # -- identity across restarts -----------------------------------------------------------------
 
 def test_a_reopened_process_takes_its_id_back_from_its_history_file(broker, tmp_path):
