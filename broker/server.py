@@ -33,7 +33,7 @@ from .curve import CurveError, CurveServer
 from .link_sockets import LinkSockets
 from .logs import get_logger
 from .persistence import READ_BROKERS, PersistenceWorker
-from .startup import StartupError, bind, check_exposure, lock_ipc
+from .startup import StartupError, bind, check_exposure, lock_ipc, own_database
 from .store import StoreOpenError, open_store
 
 DRAIN_LIMIT = 512
@@ -145,12 +145,17 @@ class Broker:
 
     def _open_store(self) -> Snapshot:
         """Open the database and read it, before any socket is bound: a file that is
-        locked, read-only, corrupt or truncated stops the start with one line."""
+        locked, read-only, corrupt or truncated stops the start with one line; its
+        files are made owner-only first (see :func:`~broker.startup.own_database`),
+        and said so once the start goes on (a refused start stays one line)."""
+        notes = own_database(self.settings.db_path, self.settings.insecure, self.warnings)
         try:
             self.store, snapshot = open_store(self.settings.db_path, self.settings.synchronous,
                                                 owner=self.broker_id, endpoint=self.settings.endpoint)
         except StoreOpenError as exc:
             raise StartupError(str(exc)) from None
+        for note in notes:
+            self.log.warning("database_mode_tightened", detail=note)
         return snapshot
 
     def _load_agents(self) -> None:

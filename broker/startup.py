@@ -1,11 +1,14 @@
 """What a broker checks and takes before it serves: its ipc locks, its exposure, its
-bound sockets. Each failure is a :class:`StartupError` with one line a person can act on.
+database files' modes, its bound sockets. Each failure is a :class:`StartupError` with
+one line a person can act on.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
+from pathlib import Path
 
 import zmq
 
@@ -42,6 +45,45 @@ def lock_ipc(endpoint: str) -> int | None:
     os.ftruncate(fd, 0)
     os.write(fd, str(os.getpid()).encode())
     return fd
+
+
+DB_SUFFIXES = ("", "-wal", "-shm")   # the database file and SQLite's WAL companions
+
+
+def own_database(path: Path, insecure: bool, warnings: list[str]) -> list[str]:
+    """Make the database at ``path`` owner-only (0600) before SQLite opens it, wherever
+    it lives (``--db`` may be outside the data directory): it holds the grant key,
+    drafts and recovered responses. Returns one note per file it tightened.
+
+    A missing file is created 0600 whatever the umask; SQLite gives the ``-wal`` and
+    ``-shm`` files it creates the database file's mode. A file (or ``-wal``/``-shm``)
+    that others may read or write, left so by an older broker or a copy, is tightened
+    to 0600. One that cannot be tightened (another user's file) stops the start, unless
+    ``--insecure`` (then a warning is added to ``warnings``)."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    except OSError:
+        return []    # the store's own open names the problem (directory, read-only ...)
+    notes = []
+    for name in (f"{path}{suffix}" for suffix in DB_SUFFIXES):
+        try:
+            mode = stat.S_IMODE(os.stat(name).st_mode)
+        except FileNotFoundError:
+            continue
+        if not mode & 0o077:
+            continue
+        try:
+            os.chmod(name, mode & 0o700)
+        except OSError as exc:
+            problem = (f"database file {name} is open to other users (mode {mode:04o}) and "
+                       f"cannot be made owner-only: {exc.strerror}")
+            if not insecure:
+                raise StartupError(f"{problem}; make it 0600, or pass --insecure to accept "
+                                   "the risk") from None
+            warnings.append(f"insecure: {problem}")
+            continue
+        notes.append(f"database file {name} was mode {mode:04o}; made it {mode & 0o700:04o}")
+    return notes
 
 
 def check_exposure(settings, curve: bool, warnings: list[str]) -> None:

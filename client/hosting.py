@@ -53,7 +53,9 @@ class HostingMethods:
 
         The child connects with ``parent=<this session's id>, grant=<grant>``: only
         then does it inherit this session's group and reach it with
-        ``contact_supervisor``.
+        ``contact_supervisor``. A grant admits one child, within two minutes of issue
+        (``grant_used``, ``grant_expired`` otherwise); that child reconnecting later
+        keeps presenting it and is admitted whenever it comes back. Ask one per child.
         """
         return self._call("grant", {"for": "child"})
 

@@ -183,6 +183,7 @@ class Session(ConversationMethods, HostingMethods):
                 result = self._welcome.result(0 if self._transport.auth_monitor else left)
             except TimeoutError:
                 continue
+        self._transport.end_auth_watch()
         if not result.get("ok"):
             self._transport.close(0.5)
             raise ConnectError(result.get("code", "internal_error"), result.get("error", ""))

@@ -90,7 +90,11 @@ _TABLE = [
               "launches this one receives it (register_run's grants, grant_child) and passes it on"),
     ErrorSpec("invalid_grant", "authority", "The grant does not allow this session to {what} "
               "(another stage, run or launcher, or revoked)"),
-    ErrorSpec("auth_failed", "authority", "The broker refused this client's CURVE key: {detail}"),
+    ErrorSpec("grant_used", "authority", "This child grant has admitted its child already: a "
+              "grant admits one child; the launcher asks for one per child (grant_child)"),
+    ErrorSpec("grant_expired", "authority", "This child grant has expired (a grant admits its "
+              "child within {seconds:g} s of issue): the launcher asks for a new one (grant_child)"),
+    ErrorSpec("auth_failed", "authority", "The broker refused this client's handshake: {detail}"),
     ErrorSpec("no_agent", "authority", "This session belongs to no agent; connect with agent=... "
               "to use {what}"),
     ErrorSpec("invoke_remote_caller", "authority", "A remote session cannot invoke other sessions"),

@@ -32,7 +32,7 @@ from . import asking, backlog, closed, conversations, held, invoking, ownership
 from .agents import welcome_fields
 from .authority import check_claimed
 from .commands import Send
-from .grants import check_child
+from .grants import admit_child, session_token
 from .membership import change_groups
 from .presence import membership_changed, status_changed
 from .claims import claim
@@ -78,9 +78,10 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     conversation_claim = conversations.claim(state, env)
     _check_room(state)
     parent_id = env.get("parent") or None
+    child_grant = None
     if parent_id is not None:
         # Supervision is granted by the launcher, never claimed by the child.
-        check_child(state.grant_key, parent_id, env.get("grant"))
+        child_grant = admit_child(state.grant_key, state.used_grants, parent_id, env, state.wall)
     parent = state.registry.by_id.get(parent_id or "")
     if parent is not None and parent.broker is not None and parent.mirrored_stage:
         # A stage's subagents live where its run is (held sends, take-overs).
@@ -101,6 +102,8 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     groups, dropped = _fit_groups(state, home, groups)
     check_claimed(groups, home, stage is not None)
     session_id, refusal = _grant_id(state, env)
+    if child_grant is not None:     # nothing can refuse the hello any more: the grant is spent
+        state.used_grants.use(child_grant, state.wall)
     peer = state.peer
 
     def open_as(session_id: str, refusal: str | None, now: float) -> None:
@@ -125,7 +128,8 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
     elif holder is not None:   # a session here took it while the claim was committed
         session_id, refusal = state.new_id(), "a live session holds that id"
     session = Session(
-        id=session_id, name=name, identity=identity, token=state.new_token(),
+        id=session_id, name=name, identity=identity,
+        token=session_token(state.grant_key, parent_id, env.get("grant"), session_id, state.new_token()),
         home_group=home, groups=dict.fromkeys(groups), kind=kind,
         agent=env.get("agent"), atomic_session_id=env.get("atomicSessionId") or None,
         parent_id=parent_id,

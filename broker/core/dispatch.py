@@ -61,7 +61,7 @@ def _grant(state: State, session, env: dict, re: str, now: float) -> None:
     """A grant for a child this session is about to launch (``for: "child"``)."""
     if env.get("for", "child") != "child":
         raise BusError("bad_envelope", detail="for must be 'child'")
-    state.answer(session, re, {"grant": grants.child_grant(state.grant_key, session.id)})
+    state.answer(session, re, {"grant": grants.child_grant(state.grant_key, session.id, state.wall)})
 
 
 # -- the tables ---------------------------------------------------------------------

@@ -32,6 +32,7 @@ from .cluster import Cluster
 from .commands import Answer, Command, Persist
 from .dedup import MessageIds
 from .departures import Departures
+from .grants import UsedGrants
 from .invocations import InvocationTable
 from .records import Record, StickyRow
 from .runs import Run
@@ -109,6 +110,7 @@ class State:
     next_ticket: int = 0
     wall: float = 0.0
     grant_key: bytes = b""            # see broker.core.grants; set from the store at start
+    used_grants: UsedGrants = field(default_factory=UsedGrants)   # child grants spent lately
     warnings: list[str] = field(default_factory=list)   # the operator's, shown in status
     pub_endpoint: str | None = None   # told in the welcome, so tail follows this broker
     peer: str = ""                    # who sent the current input (the shell says; see Session.peer)

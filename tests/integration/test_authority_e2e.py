@@ -61,6 +61,40 @@ def test_a_child_is_supervised_only_by_the_launcher_that_granted_it(connect):
     assert child.home_group == launcher.home_group and child.parent_id == launcher.id
 
 
+def test_a_child_grant_admits_one_child_and_a_second_is_refused_grant_used(connect):
+    launcher = connect("launcher", group="mine-" + new_run_id())
+    grant = ok(launcher.grant_child())["grant"]
+    child = connect("child", parent=launcher.id, grant=grant)
+    for name in ("second", "third"):
+        with pytest.raises(ConnectError) as refused:
+            connect(name, parent=launcher.id, grant=grant)
+        assert refused.value.code == "grant_used"
+        child.close()
+    other = connect("other", parent=launcher.id, grant=ok(launcher.grant_child())["grant"])
+    assert other.parent_id == launcher.id
+
+
+def test_a_child_takes_its_id_back_with_its_grant_after_a_broker_restart(short_tmp):
+    broker = start_broker(short_tmp)
+    try:
+        launcher = _connect(broker.endpoint, "launcher", group="mine")
+        grant = ok(launcher.grant_child())["grant"]
+        child = _connect(broker.endpoint, "child", parent=launcher.id, grant=grant)
+        first = child.id
+        broker.stop()
+        broker = start_broker(short_tmp)
+        deadline = time.monotonic() + 30
+        while not (status := child.intercom(action="status")).get("connected"):
+            assert time.monotonic() < deadline, status
+        assert child.id == first and child.welcome["brokerId"] != ""
+        assert child.parent_id == launcher.id and child.welcome.get("reclaimed", True) is True
+        with pytest.raises(ConnectError) as refused:
+            _connect(broker.endpoint, "copy", parent=launcher.id, grant=grant)
+        assert refused.value.code == "grant_used"
+    finally:
+        broker.stop()
+
+
 # -- identity across restarts -----------------------------------------------------------------
 
 def test_a_reopened_process_takes_its_id_back_from_its_history_file(broker, tmp_path):
@@ -193,6 +227,47 @@ def test_a_refused_key_fails_fast_with_auth_failed_and_no_session(curve_broker):
         assert [s["name"] for s in ok(watcher.intercom(action="list"))["sessions"]] == []
 
 
+def _refused_within(router: str, seconds: float, **keys) -> ConnectError:
+    started = time.monotonic()
+    with pytest.raises(ConnectError) as refused:
+        Client.connect(name="wrong", endpoint=router, timeout=10, **keys)
+    assert time.monotonic() - started < seconds
+    return refused.value
+
+
+def test_a_wrong_broker_key_fails_auth_failed_in_about_a_second(curve_broker):
+    router, _, keys = curve_broker
+    alice = from_directory(keys, "alice")
+    bob = from_directory(keys, "bob")
+    refused = _refused_within(router, 2.5, curve_server_key=bob.public_key,
+                              curve_public_key=alice.public_key, curve_secret_key=alice.secret_key)
+    assert refused.code == "auth_failed" and "curve_server_key" in str(refused)
+
+
+def test_a_client_without_keys_against_a_curve_broker_fails_auth_failed_in_about_a_second(curve_broker):
+    router, _, _ = curve_broker
+    refused = _refused_within(router, 2.5)
+    assert refused.code == "auth_failed" and "no keys" in str(refused)
+
+
+def test_a_curve_client_still_connects_and_stays_connected_with_the_right_keys(curve_broker):
+    router, _, keys = curve_broker
+    alice = from_directory(keys, "alice")
+    args = {"curve_server_key": alice.server_key, "curve_public_key": alice.public_key,
+            "curve_secret_key": alice.secret_key}
+    with _connect(router, "one", **args) as one, _connect(router, "two", **args) as two:
+        assert one._transport.auth_monitor is None     # the watch ended with the welcome
+        ok(two.intercom(action="send", to=one.id, message="after the watch"))
+        assert one.receive(timeout=10)["message"] == "after the watch"
+
+
+def test_no_broker_at_a_tcp_endpoint_is_still_no_broker():
+    started = time.monotonic()
+    with pytest.raises(ConnectError) as refused:
+        Client.connect(name="lonely", endpoint=f"tcp://127.0.0.1:{_free_port()}", timeout=10)
+    assert refused.value.code == "no_broker" and time.monotonic() - started < 5
+
+
 def test_a_network_bind_without_curve_is_refused_unless_insecure(short_tmp):
     endpoint = f"tcp://0.0.0.0:{_free_port()}"
     proc = _broker(short_tmp, "--endpoint", endpoint, "--pub-endpoint", f"ipc://{short_tmp}/p.sock")
@@ -228,5 +303,59 @@ def test_ipc_socket_files_are_owner_only_whatever_the_umask(short_tmp):
         for endpoint in (broker.endpoint, broker.pub_endpoint):
             mode = stat.S_IMODE(Path(endpoint[len("ipc://"):]).stat().st_mode)
             assert mode == 0o600, (endpoint, oct(mode))
+    finally:
+        broker.stop()
+
+
+# -- database files ----------------------------------------------------------------------------
+
+def _modes(db: Path) -> dict[str, str]:
+    return {suffix: oct(stat.S_IMODE(Path(f"{db}{suffix}").stat().st_mode))
+            for suffix in ("", "-wal", "-shm") if Path(f"{db}{suffix}").exists()}
+
+
+def test_a_database_outside_the_data_dir_is_owner_only_with_its_wal_and_shm(short_tmp):
+    elsewhere = short_tmp / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    db = elsewhere / "bus.db"
+    (short_tmp / "data").mkdir()
+    old = os.umask(0)
+    try:
+        broker = start_broker(short_tmp / "data", "--db", str(db))
+    finally:
+        os.umask(old)
+    try:
+        with _connect(broker.endpoint, "host") as host:
+            # register_run is answered once its run is committed (or about then): the
+            # WAL then holds a write; wait for both companions to exist.
+            ok(host.register_run(new_run_id(), [{"name": "plan"}]))
+            deadline = time.monotonic() + 10
+            while len(_modes(db)) < 3:
+                assert time.monotonic() < deadline, _modes(db)
+                ok(host.intercom(action="status"))
+        assert _modes(db) == {"": "0o600", "-wal": "0o600", "-shm": "0o600"}
+    finally:
+        broker.stop()
+
+
+def test_a_database_left_readable_by_others_is_made_owner_only_at_start(short_tmp):
+    elsewhere = short_tmp / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    db = elsewhere / "bus.db"
+    (short_tmp / "a").mkdir()
+    (short_tmp / "b").mkdir()
+    first = start_broker(short_tmp / "a", "--db", str(db))
+    with _connect(first.endpoint, "probe"):
+        pass
+    first.stop()
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{db}{suffix}").exists():
+            os.chmod(f"{db}{suffix}", 0o644)     # as an older broker or a copy left it
+    broker = start_broker(short_tmp / "b", "--db", str(db))
+    try:
+        with _connect(broker.endpoint, "probe"):
+            pass
+        assert set(_modes(db).values()) == {"0o600"}
+        assert "database_mode_tightened" in broker.log.read_text()
     finally:
         broker.stop()

@@ -1,5 +1,10 @@
 """Authority is granted, never claimed: stage grants, child grants, reclaim secrets."""
 
+import pytest
+
+from broker.core.grants import UsedGrants, child_grant, read_child
+from schemas.errors import BusError
+from schemas.limits import CHILD_GRANT_S
 from schemas.protocol import envelope
 
 from .harness import Bus, result_for
@@ -146,3 +151,87 @@ def test_a_child_grant_survives_a_broker_restart():
               token=launcher["token"], homeGroup="private", groups=["private"])
     child = bus.hello("child", parent=launcher["sessionId"], grant=grant, group=None)
     assert child["ok"] and child["parent"] == launcher["sessionId"] and child["homeGroup"] == "private"
+
+
+# -- a child grant admits one child, for a while ----------------------------------------------
+
+def launched():
+    bus = Bus(liveness_s=1e9)
+    launcher = bus.hello("launcher", group="private")
+    grant = bus.grant_child(b"launcher")
+    child = bus.hello("child", parent=launcher["sessionId"], grant=grant, group=None)
+    assert child["ok"]
+    return bus, launcher, grant, child
+
+
+def test_a_second_child_with_the_same_grant_is_refused_grant_used():
+    bus, launcher, grant, _ = launched()
+    assert bus.hello("second", parent=launcher["sessionId"], grant=grant)["code"] == "grant_used"
+    bus.feed(b"child", envelope("bye"))
+    assert bus.hello("third", parent=launcher["sessionId"], grant=grant)["code"] == "grant_used"
+
+
+def test_a_child_grant_unused_past_its_expiry_is_refused_grant_expired():
+    bus = Bus(liveness_s=1e9)
+    launcher = bus.hello("launcher", group="private")
+    grant = bus.grant_child(b"launcher")
+    bus.advance(CHILD_GRANT_S + 1)
+    refused = bus.hello("late", parent=launcher["sessionId"], grant=grant)
+    assert refused["code"] == "grant_expired"
+    fresh = bus.grant_child(b"launcher")
+    assert bus.hello("on-time", parent=launcher["sessionId"], grant=fresh)["ok"]
+
+
+def test_the_admitted_child_takes_its_id_back_with_its_grant_after_a_restart_and_the_expiry():
+    bus, launcher, grant, child = launched()
+    bus.commit()
+    bus.restart()
+    bus.advance(CHILD_GRANT_S + 1)
+    back = bus.hello("child", identity=b"child-2", parent=launcher["sessionId"], grant=grant,
+                     sessionId=child["sessionId"], token=child["token"], group=None)
+    assert back["ok"] and back["reclaimed"] is True
+    assert back["sessionId"] == child["sessionId"] and back["parent"] == launcher["sessionId"]
+    # ... and again, with the reclaim secret that welcome gave it.
+    bus.feed(b"child-2", envelope("bye"))
+    again = bus.hello("child", identity=b"child-3", parent=launcher["sessionId"], grant=grant,
+                      sessionId=child["sessionId"], token=back["token"], group=None)
+    assert again["ok"] and again["sessionId"] == child["sessionId"]
+
+
+def test_a_spent_grant_does_not_admit_another_session_reclaiming_its_own_id():
+    bus, launcher, grant, _ = launched()
+    mallory = bus.hello("mallory")
+    bus.feed(b"mallory", envelope("bye"))
+    refused = bus.hello("mallory", identity=b"mallory-2", parent=launcher["sessionId"], grant=grant,
+                        sessionId=mallory["sessionId"], token=mallory["token"])
+    assert refused["code"] == "grant_used"
+    bus.advance(CHILD_GRANT_S + 1)
+    refused = bus.hello("mallory", identity=b"mallory-3", parent=launcher["sessionId"], grant=grant,
+                        sessionId=mallory["sessionId"], token=mallory["token"])
+    assert refused["code"] == "grant_expired"
+
+
+def test_a_hello_refused_after_the_grant_check_leaves_the_grant_unspent():
+    bus = Bus(liveness_s=1e9)
+    launcher = bus.hello("launcher", group="private")
+    grant = bus.grant_child(b"launcher")
+    refused = bus.hello("child", parent=launcher["sessionId"], grant=grant, sessionKind="stage",
+                        stage="workflow:nope/plan")
+    assert not refused["ok"] and refused["code"] not in ("grant_used", "grant_expired")
+    assert bus.hello("child", parent=launcher["sessionId"], grant=grant)["ok"]
+
+
+def test_the_used_grant_table_forgets_early_only_by_refusing_every_grant_expiring_no_later():
+    key, used = b"k" * 32, UsedGrants(limit=2)
+    first, second, third = (read_child(key, "L", child_grant(key, "L", wall)) for wall in (0, 10, 20))
+    for grant in (first, second, third):
+        used.check(grant, 30)
+        used.use(grant, 30)
+    assert len(used) == 2
+    with pytest.raises(BusError) as refused:
+        used.check(first, 30)          # forgotten, not expired: still never admits twice
+    assert refused.value.code == "grant_expired"
+    with pytest.raises(BusError) as refused:
+        used.check(third, 30)
+    assert refused.value.code == "grant_used"
+    used.check(read_child(key, "L", child_grant(key, "L", 30)), 30)   # a newer one still works
