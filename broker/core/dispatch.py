@@ -18,8 +18,8 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from . import (connect, conversations, grants, hosting, invoking, membership, messaging, ownership,
-               stages)
+from . import (connect, conversations, forwarding, grants, hosting, invoking, membership, messaging,
+               ownership, stages)
 from .recovery import recovery
 from .respond import respond
 from .params import tool_params
@@ -50,6 +50,8 @@ def _workflow(state: State, session, env: dict, re: str, now: float) -> None:
     op = WORKFLOW_OPS.get(env["op"])
     if op is None:
         raise BusError("bad_envelope", detail=f"op must be one of {', '.join(WORKFLOW_OPS)}")
+    if state.cluster.others and forwarding.host_operation(state, session, env, re, now):
+        return                   # the run's broker answers it
     state.answer(session, re, op(state, session, env, now))
 
 

@@ -53,7 +53,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
     else:
         if len(state.hosted.get(session.id, ())) >= state.limits.max_runs_per_session:
             raise BusError("too_many_runs", limit=state.limits.max_runs_per_session)
-        if run_group(run_id) not in session.groups:
+        if run_group(run_id) not in session.groups and session.broker is None:
             room_for(state, session)
         forget_run(state, run_id)
         run = Run(run_id, session.id, session.atomic_session_id, session.id, created_at=state.wall,
@@ -64,11 +64,11 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
     set_host(state, run, session)
     if late_router is not None:
         run.late_router = late_router
-    if run.group not in session.groups:
-        change_groups(state, session, [*session.groups, run.group])
+    _join(state, session, run)
+    answer = {"runId": run_id, "group": run.group, "groups": list(session.groups),
+              "runGrant": run_grant(state.grant_key, run), **_stages_and_grants(state, run)}
     save(state, run)
-    return {"runId": run_id, "group": run.group, "groups": list(session.groups),
-            "runGrant": run_grant(state.grant_key, run), **_stages_and_grants(state, run)}
+    return answer
 
 
 def take_over(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
@@ -84,8 +84,7 @@ def take_over(state: State, session: Session, env: dict, now: float) -> dict[str
     check_run(state.grant_key, run, env.get("grant"))
     if len(state.hosted.get(session.id, ())) >= state.limits.max_runs_per_session:
         raise BusError("too_many_runs", limit=state.limits.max_runs_per_session)
-    if run.group not in session.groups:
-        change_groups(state, session, [*session.groups, run.group])
+    _join(state, session, run)
     previous = run.last_host_id
     if previous and previous != session.id:
         state.hosted_before.get(previous, set()).discard(run.run_id)
@@ -144,6 +143,13 @@ def revoke_stage(state: State, session: Session, env: dict, now: float) -> dict[
     node.revoked = True
     save(state, run)
     return {"runId": run.run_id, "stage": run.canonical(node), "revoked": True}
+
+
+def _join(state: State, session: Session, run: Run) -> None:
+    """The host joins its run's group; a host on another broker (a mirror here, its
+    operation forwarded) joins it there, on this answer (broker.core.forwarding)."""
+    if run.group not in session.groups and session.broker is None:
+        change_groups(state, session, [*session.groups, run.group])
 
 
 def _stages_and_grants(state: State, run: Run) -> dict[str, Any]:

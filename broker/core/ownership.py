@@ -12,7 +12,9 @@ hands over its sticky entries; every other broker knows only *who* owns it
 * The hello of a stage session (or of a stage's subagent) that reaches another broker
   is refused ``run_elsewhere`` with the owner's endpoint and CURVE key
   (:func:`check_here`); the client says hello there instead (``client.transport``).
-  A host operation (``register_run``, ``take_over``, ...) there is refused the same way.
+  A host operation (``register_run``, ``stage_state``, ``end_run``, ...) there is
+  forwarded to the owner (:func:`broker.core.forwarding.host_operation`), where the
+  host is a mirror that hosts the run (:func:`broker.core.stages.host_returned`).
 * The owner tells the others the subagents of its dormant runs
   (:func:`held_subagents`), so a send to one from any broker is forwarded to it and
   held there (:func:`holder_of`).

@@ -140,3 +140,33 @@ def test_pipelined_sends_waiting_for_a_failed_adoption_are_all_answered_after_th
              for i in (c.env.get("ids") or [c.env.get("re")])]
     assert sorted(acked) == ["p1", "p2"], out
     assert [e.message for e in pair.b.engine.state.sticky.entries(RUN)] == ["one", "two"]
+
+
+def test_a_host_back_on_the_other_broker_is_answered_by_its_runs_broker():
+    """alice's run stays on broker A; she comes back (her id and secret) on broker B:
+    each host operation is forwarded to A and answered, never refused run_elsewhere."""
+    pair = linked_pair()
+    hosted(pair)
+    alice = pair.a.engine.state.registry.by_identity[b"alice"]
+    alice_id, secret = alice.id, alice.token
+    pair.feed(pair.a, b"alice", {"v": 1, "k": "bye"})
+    pair.settle()
+    back = pair.hello(pair.b, "alice", sessionId=alice_id, token=secret)
+    assert (back["sessionId"], back["reclaimed"]) == (alice_id, True)
+    assert pair.a.engine.state.runs[RUN].host_id == alice_id       # hosting from B
+    asked = [("stage_state", {"stage": "plan", "state": "RUNNING"}),
+             ("add_stages", {"stages": [{"name": "review"}]}),
+             ("revoke_stage", {"stage": "review"}),
+             ("register_run", {"stages": [{"name": "plan"}]}),
+             ("end_run", {})]
+    answers = {}
+    for n, (op, fields) in enumerate(asked):
+        pair.feed(pair.b, b"alice", envelope("workflow", id=f"op{n}", op=op, runId=RUN, **fields))
+        pair.settle()
+        answers[op] = result_for(pair.seen[pair.b], b"alice", f"op{n}")
+    assert all(a["ok"] for a in answers.values()), answers
+    assert answers["stage_state"]["state"] == "RUNNING"
+    assert f"workflow:{RUN}" in answers["register_run"]["groups"]
+    assert answers["end_run"]["ended"] is True
+    assert RUN not in pair.a.engine.state.runs and RUN not in pair.b.engine.state.runs
+    assert pair.b.engine.cluster.forwarded == {}
