@@ -52,7 +52,9 @@ def _workflow(state: State, session, env: dict, re: str, now: float) -> None:
         raise BusError("bad_envelope", detail=f"op must be one of {', '.join(WORKFLOW_OPS)}")
     if state.cluster.others and forwarding.host_operation(state, session, env, re, now):
         return                   # the run's broker answers it
-    state.answer(session, re, op(state, session, env, now))
+    answer = op(state, session, env, now)
+    if answer is not None:       # None: answered once its write is committed
+        state.answer(session, re, answer)
 
 
 def _received(state: State, session, env: dict, re: str | None, now: float) -> None:
@@ -101,7 +103,7 @@ ACTIONS: dict[str, ActionHandler] = {
     "pending": messaging.pending,
 }
 
-WORKFLOW_OPS: dict[str, Callable[..., dict[str, Any]]] = {
+WORKFLOW_OPS: dict[str, Callable[..., "dict[str, Any] | None"]] = {
     "register_run": hosting.register_run,
     "add_stages": hosting.add_stages,
     "stage_state": hosting.stage_state,

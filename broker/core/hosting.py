@@ -30,8 +30,10 @@ from .stages import save, set_host
 from .state import State
 
 
-def register_run(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
-    """Raises BusError(invalid_params | not_run_host | too_many_runs | too_many_groups)."""
+def register_run(state: State, session: Session, env: dict, now: float) -> None:
+    """Answered once the run is durable (see :func:`_answer_when_saved`).
+
+    Raises BusError(invalid_params | not_run_host | too_many_runs | too_many_groups)."""
     run_id = env.get("runId")
     path = parse_path(run_group(run_id), allow_run_only=True) if isinstance(run_id, str) else None
     if path is None or path.segments:
@@ -67,8 +69,23 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
     _join(state, session, run)
     answer = {"runId": run_id, "group": run.group, "groups": list(session.groups),
               "runGrant": run_grant(state.grant_key, run), **_stages_and_grants(state, run)}
-    save(state, run)
-    return answer
+    _answer_when_saved(state, session, env["id"], run, answer)
+    return None
+
+
+def _answer_when_saved(state: State, session: Session, re: str, run: Run,
+                       answer: dict[str, Any]) -> None:
+    """Answer ``re`` once ``run``'s record is committed, as a queued send is: a run
+    its host was told about survives a kill -9 right after the answer. A failed commit
+    is the answer (the host registers again)."""
+    session_id = session.id
+
+    def reply(now: float, value: dict[str, Any] | BusError) -> None:
+        live = state.registry.by_id.get(session_id)
+        if live is not None:
+            state.answer(live, re, value)
+
+    state.persist(ownership.saved(state, run), lambda now: reply(now, answer), reply)
 
 
 def take_over(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:

@@ -20,8 +20,8 @@ def hosted(pair):
     pair.hello(pair.b, "bob", group=f"workflow:{RUN}")
     pair.feed(pair.a, b"alice", envelope("workflow", id="reg", op="register_run", runId=RUN,
                                          stages=[{"name": "plan"}]))
+    pair.settle()               # register_run is answered once the run is durable
     grants = result_for(pair.seen[pair.a], b"alice", "reg")["grants"]
-    pair.settle()
     return grants
 
 
