@@ -200,17 +200,24 @@ def test_host_operations_during_an_adoption_wait_for_it_and_are_answered():
     assert answers["op1"]["ok"] and f"{PLAN[:-4]}review" in answers["op1"]["stages"]
 
 
-def test_a_send_for_a_run_another_broker_adopted_first_waits_for_that_brokers_word():
+def adopted_elsewhere(msg_id: str):
+    """Broker A stops; bob's send waits for its run, which a third broker ``bc``
+    adopts before broker B asks. Returns (B's engine, now) once B's adoption answered."""
     pair = linked_pair()
     hosted(pair)
     b = pair.b.engine
     now = pair.b.now
     b.receive_batch(b"link-ba", [envelopes.link_bye()], now)
-    assert b.receive(b"bob", envelope("call", id="m7", action="send", to=PLAN,
+    assert b.receive(b"bob", envelope("call", id=msg_id, action="send", to=PLAN,
                                       message="moving"), now) == [AdoptRuns("ba")]
-    pair.store.adopt_runs("ba", "bc")                         # a third broker was first
+    pair.store.adopt_runs("ba", "bc")
     out = b.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), now)
     assert answers_to(out, b"bob") == []                      # waits, not unknown_run
+    return pair, b, now
+
+
+def test_a_send_for_a_run_another_broker_adopted_first_waits_for_that_brokers_word():
+    pair, b, now = adopted_elsewhere("m7")
     b.brokers_read([{"broker_id": "bc", "endpoint": "ipc:///tmp/bc.sock", "until": now + 100}], now)
     told = b.receive_batch(b"link-bc", [envelopes.link(
         "bc", link_proof(b.state.grant_key, "bc"), "ipc:///tmp/bc.sock", now + 100, [], [RUN],
@@ -221,14 +228,7 @@ def test_a_send_for_a_run_another_broker_adopted_first_waits_for_that_brokers_wo
 
 
 def test_a_send_for_a_run_no_broker_claims_after_the_adoption_is_refused_after_one_retry():
-    pair = linked_pair()
-    hosted(pair)
-    b = pair.b.engine
-    now = pair.b.now
-    b.receive_batch(b"link-ba", [envelopes.link_bye()], now)
-    b.receive(b"bob", envelope("call", id="m8", action="send", to=PLAN, message="?"), now)
-    pair.store.adopt_runs("ba", "bc")                         # taken; its broker never says
-    assert answers_to(b.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), now), b"bob") == []
+    pair, b, now = adopted_elsewhere("m8")                   # bc never says it owns it
     b.receive(b"bob", envelope("hb"), now + ADOPT_RETRY_S - 0.1)    # bob stays live
     assert AdoptRuns("ba") in b.tick(now + ADOPT_RETRY_S)
     out = b.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), now + ADOPT_RETRY_S)
