@@ -18,8 +18,8 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from . import (connect, conversations, grants, hosting, invoking, membership, messaging, ownership,
-               stages)
+from . import (connect, conversations, forwarding, grants, hosting, invoking, membership, messaging,
+               ownership, stages)
 from .recovery import recovery
 from .respond import ack_output, respond
 from .params import tool_params
@@ -50,7 +50,11 @@ def _workflow(state: State, session, env: dict, re: str, now: float) -> None:
     op = WORKFLOW_OPS.get(env["op"])
     if op is None:
         raise BusError("bad_envelope", detail=f"op must be one of {', '.join(WORKFLOW_OPS)}")
-    state.answer(session, re, op(state, session, env, now))
+    if state.cluster.others and forwarding.host_operation(state, session, env, re, now):
+        return                   # the run's broker answers it
+    answer = op(state, session, env, now)
+    if answer is not None:       # None: answered once its write is committed
+        state.answer(session, re, answer)
 
 
 def _received(state: State, session, env: dict, re: str | None, now: float) -> None:
@@ -100,7 +104,7 @@ ACTIONS: dict[str, ActionHandler] = {
     "pending": messaging.pending,
 }
 
-WORKFLOW_OPS: dict[str, Callable[..., dict[str, Any]]] = {
+WORKFLOW_OPS: dict[str, Callable[..., "dict[str, Any] | None"]] = {
     "register_run": hosting.register_run,
     "add_stages": hosting.add_stages,
     "stage_state": hosting.stage_state,

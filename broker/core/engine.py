@@ -168,13 +168,14 @@ class Engine:
                      wall: float | None = None) -> list[Command]:
         """The store's answer to ``AdoptRuns(dead)``: the runs this broker took from
         dead broker ``dead`` (None: the store failed; it is asked again). A host
-        already connected here (it failed over first) takes its runs back at once."""
+        already connected here (it failed over first), or on another broker, takes its
+        runs back at once."""
         state = self.state
         state.wall = now if wall is None else wall
         runs, parked = ownership.adopted(state, dead, snapshot, now)
         for run in runs:
             host = state.registry.by_id.get(run.last_host_id or "")
-            if host is not None and host.broker is None:
+            if host is not None:
                 stages.host_returned(state, host)
         for identity, env in parked:
             handle(state, identity, env, now)       # waited for the run: it is here now

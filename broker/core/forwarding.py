@@ -15,6 +15,14 @@ after its own commit. A run this broker owns, or that no broker owns (an unknown
 or one that ended: then the host's broker, from the link rows' ``hosts``, takes
 post-mortem traffic) is handled here.
 
+A host operation (``workflow``: ``stage_state``, ``add_stages``, ``end_run``, ...) on a
+run another live broker owns is forwarded to the owner too (:func:`host_operation`):
+a host whose client failed over to another broker while its run's broker restarted
+on its endpoint keeps hosting it from where it is, and never needs to move. The owner
+checks the host as for a local one (the host is a mirror there); memberships are the
+holding broker's, so a run group the owner grants is joined here on its answer
+(:func:`answered`).
+
 Anything else stays here: a target that does not resolve (the refusal is this
 broker's own, the same as for a local target), a send that is a
 reply (``replyTo``: the thread is in the replier's own tables), and every request of
@@ -31,6 +39,7 @@ from schemas.errors import BusError
 
 from . import ownership
 from .admission import resolve_target
+from .membership import change_groups
 from .cluster import Forwarded, Peer
 from .commands import LinkSend
 from .paths import looks_like_path, parse_path
@@ -57,6 +66,21 @@ def forward(state: State, session: Session, to: object, env: dict, ids: list,
         # A subagent of another broker's dormant run: that broker holds sends for it.
         return holder is not None and _hand(state, session, holder, to, env, ids)
     return to_broker(state, session, target, env, ids)
+
+
+def host_operation(state: State, session: Session, env: dict, re: str, now: float) -> bool:
+    """Forward the workflow operation ``env`` (request ``re``) to the broker owning its
+    run; False to handle it here. Raises ownership.Parked when the run is a dead
+    broker's not adopted yet (it waits for the adoption), or BusError(run_moving)."""
+    run_id = env.get("runId")
+    if session.broker is not None or run_id.__class__ is not str or run_id in state.runs:
+        return False
+    peer = ownership.owner(state, run_id)
+    if peer is not None:
+        return _hand(state, session, peer.broker_id, f"workflow:{run_id}", env, [re], again=True)
+    if state.cluster.orphans:
+        ownership.hold(state, run_id, now, session.identity, env)
+    return False
 
 
 def run_owner(state: State, to: str) -> str | None:
@@ -118,13 +142,29 @@ def answered(state: State, session: Session, env: dict) -> None:
         return
     kind = env.get("k")
     if kind == "result":
-        mine.pop(env.get("re"), None)
+        where = mine.pop(env.get("re"), None)
+        if where is not None and where.env is not None and where.env.get("k") == "workflow":
+            _join_granted(state, session, env)
     elif kind == "acks" and isinstance(env.get("ids"), list):
         for request_id in env["ids"]:
             if request_id.__class__ is str:
                 mine.pop(request_id, None)
     if not mine:
         del state.cluster.forwarded[session.id]
+
+
+def _join_granted(state: State, session: Session, answer: dict) -> None:
+    """A host operation's answer from the run's broker names the run's group: the
+    host joins it here, where its memberships are kept (best effort: a host at its
+    group bound is told its groups as they are)."""
+    group = answer.get("group")
+    if answer.get("ok") is not True or group.__class__ is not str or group in session.groups:
+        return
+    try:
+        change_groups(state, session, [*session.groups, group])
+    except BusError:
+        state.stats["forwarded.group_not_joined"] += 1
+    answer["groups"] = list(session.groups)
 
 
 def broker_gone(state: State, peer: Peer, again: bool = True) -> list[tuple[bytes, dict]]:

@@ -30,8 +30,10 @@ from .stages import save, set_host
 from .state import State
 
 
-def register_run(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
-    """Raises BusError(invalid_params | not_run_host | too_many_runs | too_many_groups)."""
+def register_run(state: State, session: Session, env: dict, now: float) -> None:
+    """Answered once the run is durable (see :func:`_answer_when_saved`).
+
+    Raises BusError(invalid_params | not_run_host | too_many_runs | too_many_groups)."""
     run_id = env.get("runId")
     path = parse_path(run_group(run_id), allow_run_only=True) if isinstance(run_id, str) else None
     if path is None or path.segments:
@@ -53,7 +55,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
     else:
         if len(state.hosted.get(session.id, ())) >= state.limits.max_runs_per_session:
             raise BusError("too_many_runs", limit=state.limits.max_runs_per_session)
-        if run_group(run_id) not in session.groups:
+        if run_group(run_id) not in session.groups and session.broker is None:
             room_for(state, session)
         forget_run(state, run_id)
         run = Run(run_id, session.id, session.atomic_session_id, session.id, created_at=state.wall,
@@ -64,11 +66,26 @@ def register_run(state: State, session: Session, env: dict, now: float) -> dict[
     set_host(state, run, session)
     if late_router is not None:
         run.late_router = late_router
-    if run.group not in session.groups:
-        change_groups(state, session, [*session.groups, run.group])
-    save(state, run)
-    return {"runId": run_id, "group": run.group, "groups": list(session.groups),
-            "runGrant": run_grant(state.grant_key, run), **_stages_and_grants(state, run)}
+    _join(state, session, run)
+    answer = {"runId": run_id, "group": run.group, "groups": list(session.groups),
+              "runGrant": run_grant(state.grant_key, run), **_stages_and_grants(state, run)}
+    _answer_when_saved(state, session, env["id"], run, answer)
+    return None
+
+
+def _answer_when_saved(state: State, session: Session, re: str, run: Run,
+                       answer: dict[str, Any]) -> None:
+    """Answer ``re`` once ``run``'s record is committed, as a queued send is: a run
+    its host was told about survives a kill -9 right after the answer. A failed commit
+    is the answer (the host registers again)."""
+    session_id = session.id
+
+    def reply(now: float, value: dict[str, Any] | BusError) -> None:
+        live = state.registry.by_id.get(session_id)
+        if live is not None:
+            state.answer(live, re, value)
+
+    state.persist(ownership.saved(state, run), lambda now: reply(now, answer), reply)
 
 
 def take_over(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
@@ -84,8 +101,7 @@ def take_over(state: State, session: Session, env: dict, now: float) -> dict[str
     check_run(state.grant_key, run, env.get("grant"))
     if len(state.hosted.get(session.id, ())) >= state.limits.max_runs_per_session:
         raise BusError("too_many_runs", limit=state.limits.max_runs_per_session)
-    if run.group not in session.groups:
-        change_groups(state, session, [*session.groups, run.group])
+    _join(state, session, run)
     previous = run.last_host_id
     if previous and previous != session.id:
         state.hosted_before.get(previous, set()).discard(run.run_id)
@@ -144,6 +160,13 @@ def revoke_stage(state: State, session: Session, env: dict, now: float) -> dict[
     node.revoked = True
     save(state, run)
     return {"runId": run.run_id, "stage": run.canonical(node), "revoked": True}
+
+
+def _join(state: State, session: Session, run: Run) -> None:
+    """The host joins its run's group; a host on another broker (a mirror here, its
+    operation forwarded) joins it there, on this answer (broker.core.forwarding)."""
+    if run.group not in session.groups and session.broker is None:
+        change_groups(state, session, [*session.groups, run.group])
 
 
 def _stages_and_grants(state: State, run: Run) -> dict[str, Any]:

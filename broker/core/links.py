@@ -53,7 +53,7 @@ from .state import State
 
 LINK_HEARTBEAT_S = HEARTBEAT_S
 _PRESENCE = frozenset(PRESENCE_EVENTS)
-_FORWARDED = frozenset({"call", "sends", "supervisor"})   # what forwarding.forward hands over
+_FORWARDED = frozenset({"call", "sends", "supervisor", "workflow"})   # what forwarding.forward hands over
 
 
 def is_hello(env: Any) -> bool:

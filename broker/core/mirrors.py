@@ -26,6 +26,7 @@ from . import held
 from .cluster import Peer, mirror_identity
 from .presence import membership_changed, status_changed
 from .sessions import Session
+from .stages import host_returned
 from .state import IdentityRecord, State
 
 
@@ -83,6 +84,9 @@ def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
         state.identities[session.id] = IdentityRecord(session.atomic_session_id, token_hash)
     peer.mirrors.add(session.id)
     membership_changed(state, session, set(), set(session.groups), connecting=True)
+    # A host that failed over to ``peer`` while its run stayed here (its broker was
+    # back first) still hosts it, through forwarded operations.
+    host_returned(state, session)
 
 
 def _update(state: State, session: Session, row: dict[str, Any]) -> None:

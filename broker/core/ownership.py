@@ -12,7 +12,9 @@ hands over its sticky entries; every other broker knows only *who* owns it
 * The hello of a stage session (or of a stage's subagent) that reaches another broker
   is refused ``run_elsewhere`` with the owner's endpoint and CURVE key
   (:func:`check_here`); the client says hello there instead (``client.transport``).
-  A host operation (``register_run``, ``take_over``, ...) there is refused the same way.
+  A host operation (``register_run``, ``stage_state``, ``end_run``, ...) there is
+  forwarded to the owner (:func:`broker.core.forwarding.host_operation`), where the
+  host is a mirror that hosts the run (:func:`broker.core.stages.host_returned`).
 * The owner tells the others the subagents of its dormant runs
   (:func:`held_subagents`), so a send to one from any broker is forwarded to it and
   held there (:func:`holder_of`).
@@ -24,6 +26,11 @@ hands over its sticky entries; every other broker knows only *who* owns it
   (:func:`hold`) and is then handled again, here or forwarded to the adopter. The run
   then behaves as after a restart of its broker: its host holds a fresh lease.
 * At start a broker takes the runs no live broker owns (:meth:`broker.store.SqliteStore.load`).
+
+A request for a run this broker's adoption did not get (another broker took it first)
+waits again, for that broker's word over its link, or for one more adoption after
+:data:`ADOPT_RETRY_S`; only then is it handled as for an unknown run. Host operations
+wait like sends (:func:`broker.core.forwarding.host_operation`).
 
 Invariants: a run id is in at most one of ``state.runs``, ``Cluster.run_owners`` and
 the orphans; every run this broker persists carries its id as the owner; an adoption
@@ -61,6 +68,9 @@ class Orphans:
     hosts: dict[str, str | None]
     asked_at: float | None = None
     parked: list = field(default_factory=list)    # (identity, envelope) waiting for them
+    # Runs an adoption here did not get: another broker took them (its word is on its
+    # way) or they ended. Requests for them wait for that word, one retry at most.
+    missed: bool = False
 
 
 def saved(state: State, run: Run) -> RunSaved:
@@ -228,7 +238,17 @@ def adopted(state: State, dead: str, snapshot: Snapshot | None,
     state.cluster.orphans.pop(dead, None)
     runs = take(state, snapshot)
     state.stats["runs.adopted"] += len(runs)
-    return runs, orphans.parked if orphans is not None else []
+    if orphans is None:
+        return runs, []
+    left = {run_id: host for run_id, host in orphans.hosts.items()
+            if run_id not in state.runs and run_id not in state.cluster.run_owners}
+    if left and not orphans.missed:
+        # Their requests, handled again below, wait here again (see hold) until the
+        # adopter's link says it owns them, or one more adoption finds them gone.
+        state.cluster.orphans[dead] = Orphans(now + ADOPT_RETRY_S, left, asked_at=now,
+                                              missed=True)
+        state.stats["runs.adopted_elsewhere"] += len(left)
+    return runs, orphans.parked
 
 
 def take(state: State, snapshot: Snapshot) -> list[Run]:

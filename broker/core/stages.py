@@ -118,7 +118,8 @@ def unbind(state: State, session: Session) -> None:
 
 
 def host_returned(state: State, session: Session) -> None:
-    """A host that reconnects (even to a restarted broker) takes its runs back."""
+    """A host that reconnects (even to a restarted broker, or to another broker: then
+    it is a mirror here and hosts through forwarded operations) takes its runs back."""
     for run_id in state.hosted_before.get(session.id, ()):
         run = state.runs.get(run_id)
         if run is not None and run.host_id is None and run.last_host_id == session.id:
@@ -136,7 +137,8 @@ def set_host(state: State, run: Run, session: Session) -> None:
     state.leased.discard(run.run_id)
     state.hosted.setdefault(session.id, set()).add(run.run_id)
     state.hosted_before.setdefault(session.id, set()).add(run.run_id)
-    state.cluster.changed[session.id] = session     # other brokers learn who owns the run
+    if session.broker is None:     # a mirror's row is its own broker's to tell
+        state.cluster.changed[session.id] = session     # other brokers learn who owns the run
 
 
 def received(state: State, session: Session, ids: list) -> None:

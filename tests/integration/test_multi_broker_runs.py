@@ -115,11 +115,10 @@ def test_a_restarted_broker_does_not_take_a_live_brokers_run(two):
     assert stage.receive(0.3) is None
 
 
-def test_a_host_operation_on_another_broker_names_the_runs_broker(two):
+def test_a_host_operation_on_another_broker_is_checked_and_answered_by_the_runs_broker(two):
     host, bob, run = linked_run(two)
-    answer = bob.take_over(run, "x")
-    assert_refused(answer, "run_elsewhere")
-    assert two.brokers[0].endpoint in answer["error"]
+    assert_refused(bob.take_over(run, "x"), "not_run_host")      # its host is live there
+    assert_refused(bob.set_stage_state(run, "plan", "RUNNING"), "not_run_host")
 
 
 def dormant_with_held_send(cluster: Cluster):

@@ -122,6 +122,10 @@ class Bus:
     def workflow(self, identity: bytes, op: str, **fields: Any) -> dict:
         msg_id = f"w{next(self._ids)}"
         out = self.feed(identity, envelope("workflow", id=msg_id, op=op, **fields))
+        if not [c for c in out if isinstance(c, Send) and c.env.get("re") == msg_id]:
+            fed = out
+            out = fed + self.commit()     # register_run is answered once the run is durable
+            self.last = out
         result = result_for(out, identity, msg_id)
         self.grants.update(result.get("grants") or {})
         return result

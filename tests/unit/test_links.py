@@ -222,8 +222,8 @@ def hosted_pair() -> tuple[Pair, str]:
     pair.hello(pair.a, "host")
     pair.feed(pair.a, b"host", envelope("workflow", id="w1", op="register_run", runId="r1",
                                         stages=[{"name": "plan"}]))
+    pair.settle()               # register_run is answered once the run is durable
     grant = result_for(pair.seen[pair.a], b"host", "w1")["grants"]["workflow:r1/plan"]
-    pair.settle()
     pair.hello(pair.b, "bob", group="workflow:r1")
     return pair, grant
 

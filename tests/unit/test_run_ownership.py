@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from broker.core import Send
 from broker.core.commands import AdoptRuns, LinkSend
+from broker.core.grants import link_proof
+from broker.core.ownership import ADOPT_RETRY_S
 from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
@@ -20,8 +22,8 @@ def hosted(pair):
     pair.hello(pair.b, "bob", group=f"workflow:{RUN}")
     pair.feed(pair.a, b"alice", envelope("workflow", id="reg", op="register_run", runId=RUN,
                                          stages=[{"name": "plan"}]))
+    pair.settle()               # register_run is answered once the run is durable
     grants = result_for(pair.seen[pair.a], b"alice", "reg")["grants"]
-    pair.settle()
     return grants
 
 
@@ -140,3 +142,95 @@ def test_pipelined_sends_waiting_for_a_failed_adoption_are_all_answered_after_th
              for i in (c.env.get("ids") or [c.env.get("re")])]
     assert sorted(acked) == ["p1", "p2"], out
     assert [e.message for e in pair.b.engine.state.sticky.entries(RUN)] == ["one", "two"]
+
+
+def test_a_host_back_on_the_other_broker_is_answered_by_its_runs_broker():
+    """alice's run stays on broker A; she comes back (her id and secret) on broker B:
+    each host operation is forwarded to A and answered, never refused run_elsewhere."""
+    pair = linked_pair()
+    hosted(pair)
+    alice = pair.a.engine.state.registry.by_identity[b"alice"]
+    alice_id, secret = alice.id, alice.token
+    pair.feed(pair.a, b"alice", {"v": 1, "k": "bye"})
+    pair.settle()
+    back = pair.hello(pair.b, "alice", sessionId=alice_id, token=secret)
+    assert (back["sessionId"], back["reclaimed"]) == (alice_id, True)
+    assert pair.a.engine.state.runs[RUN].host_id == alice_id       # hosting from B
+    asked = [("stage_state", {"stage": "plan", "state": "RUNNING"}),
+             ("add_stages", {"stages": [{"name": "review"}]}),
+             ("revoke_stage", {"stage": "review"}),
+             ("register_run", {"stages": [{"name": "plan"}]}),
+             ("end_run", {})]
+    answers = {}
+    for n, (op, fields) in enumerate(asked):
+        pair.feed(pair.b, b"alice", envelope("workflow", id=f"op{n}", op=op, runId=RUN, **fields))
+        pair.settle()
+        answers[op] = result_for(pair.seen[pair.b], b"alice", f"op{n}")
+    assert all(a["ok"] for a in answers.values()), answers
+    assert answers["stage_state"]["state"] == "RUNNING"
+    assert f"workflow:{RUN}" in answers["register_run"]["groups"]
+    assert answers["end_run"]["ended"] is True
+    assert RUN not in pair.a.engine.state.runs and RUN not in pair.b.engine.state.runs
+    assert pair.b.engine.cluster.forwarded == {}
+
+
+def answers_to(out: list, identity: bytes) -> list[dict]:
+    return [c.env for c in out if isinstance(c, Send) and c.identity == identity
+            and c.env.get("k") == "result"]
+
+
+def test_host_operations_during_an_adoption_wait_for_it_and_are_answered():
+    pair = linked_pair()
+    hosted(pair)
+    alice = pair.a.engine.state.registry.by_identity[b"alice"]
+    pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)   # A stops
+    back = pair.hello(pair.b, "alice", sessionId=alice.id, token=alice.token)
+    assert back["reclaimed"] is True
+    assert AdoptRuns("ba") in pair.b.last or AdoptRuns("ba") in pair.seen[pair.b]
+    waiting = []
+    for n, (op, fields) in enumerate([("stage_state", {"stage": "plan", "state": "RUNNING"}),
+                                      ("add_stages", {"stages": [{"name": "review"}]})]):
+        waiting += pair.b.engine.receive(b"alice", envelope("workflow", id=f"op{n}", op=op,
+                                                            runId=RUN, **fields), pair.b.now)
+    assert answers_to(waiting, b"alice") == []              # they wait, not unknown_run
+    out = pair.b._track(pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"),
+                                                   pair.b.now))
+    answers = {a["re"]: a for a in answers_to(out, b"alice")}
+    assert (answers["op0"]["ok"], answers["op0"]["state"]) == (True, "RUNNING")
+    assert answers["op1"]["ok"] and f"{PLAN[:-4]}review" in answers["op1"]["stages"]
+
+
+def adopted_elsewhere(msg_id: str):
+    """Broker A stops; bob's send waits for its run, which a third broker ``bc``
+    adopts before broker B asks. Returns (B's engine, now) once B's adoption answered."""
+    pair = linked_pair()
+    hosted(pair)
+    b = pair.b.engine
+    now = pair.b.now
+    b.receive_batch(b"link-ba", [envelopes.link_bye()], now)
+    assert b.receive(b"bob", envelope("call", id=msg_id, action="send", to=PLAN,
+                                      message="moving"), now) == [AdoptRuns("ba")]
+    pair.store.adopt_runs("ba", "bc")
+    out = b.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), now)
+    assert answers_to(out, b"bob") == []                      # waits, not unknown_run
+    return pair, b, now
+
+
+def test_a_send_for_a_run_another_broker_adopted_first_waits_for_that_brokers_word():
+    pair, b, now = adopted_elsewhere("m7")
+    b.brokers_read([{"broker_id": "bc", "endpoint": "ipc:///tmp/bc.sock", "until": now + 100}], now)
+    told = b.receive_batch(b"link-bc", [envelopes.link(
+        "bc", link_proof(b.state.grant_key, "bc"), "ipc:///tmp/bc.sock", now + 100, [], [RUN],
+        {})], now)
+    forwarded = [e["env"]["id"] for c in told if isinstance(c, LinkSend) and c.broker_id == "bc"
+                 for e in c.envs if e["k"] == "forward"]
+    assert forwarded == ["m7"]                                # handed to the adopter
+
+
+def test_a_send_for_a_run_no_broker_claims_after_the_adoption_is_refused_after_one_retry():
+    pair, b, now = adopted_elsewhere("m8")                   # bc never says it owns it
+    b.receive(b"bob", envelope("hb"), now + ADOPT_RETRY_S - 0.1)    # bob stays live
+    assert AdoptRuns("ba") in b.tick(now + ADOPT_RETRY_S)
+    out = b.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), now + ADOPT_RETRY_S)
+    (answer,) = answers_to(out, b"bob")
+    assert (answer["re"], answer["ok"], answer["code"]) == ("m8", False, "unknown_run")

@@ -384,3 +384,26 @@ def test_a_send_to_an_unstarted_default_group_stage_is_refused_and_nothing_queue
     result = send(bus, b"host", "workflow:r1/escape")
     assert result["code"] == "stage_not_deliverable" and "before it starts" in result["error"]
     assert bus.persisted() == [] and not bus.engine.state.sticky.by_message
+
+
+def test_register_run_is_answered_only_once_the_run_is_committed():
+    bus = Bus(liveness_s=1e9)
+    bus.hello("host")
+    out = bus.feed(b"host", envelope("workflow", id="reg", op="register_run", runId="r9",
+                                     stages=[{"name": "plan"}]))
+    assert [c for c in out if isinstance(c, Persist) and c.ticket]          # its write waits
+    assert not [c for c in out if getattr(c, "identity", None) == b"host"
+                and c.env.get("re") == "reg"]
+    answer = result_for(bus.commit(), b"host", "reg")
+    assert (answer["ok"], answer["runId"]) == (True, "r9")
+    bus.restart()                                   # a kill -9 right after the answer
+    assert "r9" in bus.engine.state.runs
+
+
+def test_register_run_whose_commit_failed_is_refused():
+    bus = Bus(liveness_s=1e9)
+    bus.hello("host")
+    bus.feed(b"host", envelope("workflow", id="reg", op="register_run", runId="r9",
+                               stages=[{"name": "plan"}]))
+    answer = result_for(bus.fail("store_unavailable"), b"host", "reg")
+    assert (answer["ok"], answer["code"]) == (False, "store_unavailable")
