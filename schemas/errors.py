@@ -195,6 +195,13 @@ class BusError(Exception):
         self.fields = fields
         super().__init__(error_text(code, **fields))
 
+    @classmethod
+    def with_text(cls, code: str, text: str, **fields: Any) -> BusError:
+        """This refusal with a text already known (a remembered answer given again)."""
+        error = cls(code, **fields)
+        error.args = (text,)
+        return error
+
     @property
     def text(self) -> str:
         return self.args[0]

@@ -7,13 +7,17 @@ answer and no second delivery; the same id with another sender, target or payloa
 refused. Memory is bounded: the oldest ids are forgotten first (see
 :class:`~broker.core.bounded.RecentMap`).
 
-An answer is remembered as a success (its fields) or a refusal (the
-:class:`~schemas.errors.BusError`), and replayed as exactly that.
+An answer is remembered as a success (its fields) or a :class:`Refusal` (its code,
+redirect and text), and replayed as exactly that. A refusal is never kept as the
+raised exception: its traceback holds the frames it went through, and they hold the
+request and the whole batch it came in. So what one id costs is bounded whatever the
+request carried: the id, the sender id, a hash, and an answer of at most
+:data:`REFUSAL_TEXT_MAX` characters of text (identical refusals share one record).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from schemas.errors import BusError
 
@@ -22,16 +26,35 @@ from .bounded import RecentMap
 DEFAULT_CAPACITY = 200_000
 # Stands for "this entry's own id" in answers recorded for a batch (one shared tuple).
 _OWN_ID = "\x00own id"
+REFUSAL_TEXT_MAX = 200      # characters of a remembered refusal's text (a longer one is cut)
+_SHARED_MAX = 4096          # distinct refusals shared by every id refused alike
+
+
+class Refusal(NamedTuple):
+    """A remembered refusal: what its reply said, and nothing of the request."""
+
+    code: str
+    text: str
+    endpoint: str | None = None      # a redirect's (see schemas.errors.REDIRECTS)
+    server_key: str | None = None
+
+    def error(self) -> BusError:
+        """A fresh BusError for this answer (one raised again would grow its traceback)."""
+        if self.endpoint is None:
+            return BusError.with_text(self.code, self.text)
+        return BusError.with_text(self.code, self.text, endpoint=self.endpoint,
+                                  server_key=self.server_key)
 
 
 class MessageIds:
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self.capacity = capacity
-        # id -> (sender id, fingerprint, answer items | BusError | None while
+        # id -> (sender id, fingerprint, answer items | Refusal | None while
         # pending). Successes are tuples of atomic values only (no dict inside): the
         # garbage collector stops tracking them, instead of walking a couple of
         # hundred thousand of them on every full collection.
         self._seen: RecentMap[str, tuple[str, int, Any]] = RecentMap(capacity)
+        self._refusals: dict[Refusal, Refusal] = {}     # one record per distinct refusal
 
     def __len__(self) -> int:
         return len(self._seen)
@@ -42,7 +65,7 @@ class MessageIds:
     def lookup(self, msg_id: str, sender_id: str,
                fingerprint: int) -> tuple[dict | BusError | None] | None:
         """For a retry of this exact message, a 1-tuple of the first answer (a dict,
-        a BusError, or None while that answer is not known yet); None for a new id.
+        a new BusError, or None while that answer is not known yet); None for a new id.
 
         Raises BusError(message_id_conflict) when the id was used for anything else.
         """
@@ -52,8 +75,10 @@ class MessageIds:
         if entry[0] != sender_id or entry[1] != fingerprint:
             raise BusError("message_id_conflict", id=msg_id)
         items = entry[2]
-        if items is None or isinstance(items, BusError):
-            return (items,)
+        if items is None:
+            return (None,)
+        if items.__class__ is Refusal:
+            return (items.error(),)
         answer = dict(items)
         if answer.get("messageId") is _OWN_ID:
             answer["messageId"] = msg_id
@@ -61,7 +86,7 @@ class MessageIds:
 
     def record(self, msg_id: str, sender_id: str, fingerprint: int,
                answer: dict[str, Any] | BusError | None) -> None:
-        self._seen[msg_id] = (sender_id, fingerprint, _stored(answer))
+        self._seen[msg_id] = (sender_id, fingerprint, self._kept(answer))
 
     def record_delivered(self, msg_ids: list[str], sender_id: str, fingerprints: list[int],
                          answer: dict[str, Any]) -> None:
@@ -79,16 +104,29 @@ class MessageIds:
         """The final answer of a message whose answer was pending."""
         entry = self._seen.get(msg_id)
         if entry is not None:
-            self._seen[msg_id] = (entry[0], entry[1], _stored(answer))
+            self._seen[msg_id] = (entry[0], entry[1], self._kept(answer))
+
+    def _kept(self, answer: dict[str, Any] | BusError | None) -> Any:
+        if answer is None:
+            return None
+        if isinstance(answer, BusError):
+            kept = refusal(answer)
+            shared = self._refusals.get(kept)
+            if shared is not None:
+                return shared
+            if len(self._refusals) < _SHARED_MAX:
+                self._refusals[kept] = kept
+            return kept
+        return tuple(answer.items())
 
 
-def _stored(answer: dict[str, Any] | BusError | None) -> Any:
-    if isinstance(answer, BusError):
-        # A raised error holds its traceback, whose frames hold the request's locals
-        # (a whole batch of texts): kept for a retry, it must hold only itself.
-        answer.__traceback__ = answer.__context__ = answer.__cause__ = None
-        return answer
-    return answer if answer is None else tuple(answer.items())
+def refusal(error: BusError) -> Refusal:
+    """What is kept of ``error``: its reply's code, redirect and (cut) text."""
+    reply = error.reply()
+    text = reply["error"]
+    if len(text) > REFUSAL_TEXT_MAX:
+        text = text[:REFUSAL_TEXT_MAX - 1] + "…"
+    return Refusal(error.code, text, reply.get("endpoint"), reply.get("serverKey"))
 
 
 def fingerprint(action: str, to: str | None, message: str | None,

@@ -106,10 +106,9 @@ def receive(state: State, identity: bytes, envs: list, now: float) -> None:
     cluster = state.cluster
     for env in envs:
         try:
-            if env.__class__ is not dict or env.get("k") not in kinds.LINK_KIND_NAMES:
-                raise BusError("unknown_kind", kind=env.get("k") if env.__class__ is dict else None)
-            kinds.check(env, env["k"], kinds.LINK)
-            if env["k"] == "link":
+            kind = kinds.kind_of(env, kinds.LINK)
+            kinds.check(env, kind, kinds.LINK)
+            if kind == "link":
                 _hello(state, identity, env, now)
                 continue
             peer = cluster.peers.get(cluster.by_link.get(identity, ""))
@@ -123,7 +122,7 @@ def receive(state: State, identity: bytes, envs: list, now: float) -> None:
                 peer.gone = False
                 _say_hello(state, peer)
                 continue
-            _LINK_HANDLERS[env["k"]](state, peer, env, now)
+            _LINK_HANDLERS[kind](state, peer, env, now)
         except BusError as error:
             state.stats[f"link.refused.{error.code}"] += 1
         except Exception as exc:  # a bug costs one envelope, never the broker

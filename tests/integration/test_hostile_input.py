@@ -183,12 +183,30 @@ def test_bad_frame_gets_an_error_result_and_the_broker_keeps_serving(shared_brok
     pytest.param([pack(env("hello", id="h2", name="again"))], ["already_connected"], id="second-hello"),
     pytest.param([pack(env("workflow", id="w", op=["register_run"]))], ["bad_envelope"], id="workflow-op-a-list"),
     pytest.param([pack(env("workflow", id="w", op={"register_run": 1}))], ["bad_envelope"], id="workflow-op-a-map"),
+    pytest.param([pack(env("sends", to=["watcher"], ids=["s1"], messages=["x"]))], ["bad_envelope"],
+                 id="sends-to-a-list"),
+    pytest.param([pack(env("sends", to={"watcher": 1}, ids=["s1"], messages=["x"]))], ["bad_envelope"],
+                 id="sends-to-a-map"),
+    pytest.param([pack(env("sends", to="watcher", ids=["s1"], messages=[["x"]]))], ["bad_envelope"],
+                 id="sends-message-a-list"),
 ])
 def test_bad_request_from_a_connected_peer_gets_an_error_result(shared_broker, watcher, peer, frames, codes):
     peer.hello("raw", unique())
     assert_refused(peer.exchange(frames), *codes)
     assert peer.exchange([pack(env("bye", id="bye"))])[0]["ok"] is True
     assert_still_serving(shared_broker, watcher)
+
+
+@pytest.mark.parametrize("kind", [["link_hb"], {"link_hb": 1}], ids=["list", "map"])
+def test_a_link_hello_then_an_envelope_whose_kind_is_not_a_string_is_refused_quietly(
+        shared_broker, watcher, peer, kind):
+    """Link envelopes are counted, not answered: the frame gets no answer, and the log
+    shows no internal error."""
+    since = log_size(shared_broker)
+    hello = env("link", broker="evil", proof="l1.0000", endpoint="ipc:///x", until=1e12, sessions=[])
+    assert peer.exchange([pack([hello, env(kind, until=1e12)])]) == []
+    assert_still_serving(shared_broker, watcher)
+    assert_log_clean(shared_broker, since)
 
 
 def test_workflow_stage_state_that_is_not_a_string_is_refused_as_invalid_params(shared_broker, watcher, peer):

@@ -123,10 +123,30 @@ def test_a_sends_whose_lists_do_not_pair_up_is_refused_as_a_bad_envelope():
     assert bus.sends(b"bob") == []
 
 
-def test_a_non_string_target_is_refused_per_item_as_invalid_params():
+def test_a_target_that_is_not_a_string_makes_a_bad_envelope():
     bus = pair()
-    sends(bus, 5, ("m1", "one"))
-    assert results(bus)["m1"]["code"] == "invalid_params"
+    for to in (5, ["bob"], {"bob": 1}):
+        out = sends(bus, to, ("m1", "one"))
+        (error,) = [c.env for c in out if c.env.get("k") == "result"]
+        assert error["code"] == "bad_envelope" and "'to'" in error["error"]
+    assert bus.engine.stats["internal_error"] == 0 and bus.sends(b"bob") == []
+
+
+def test_a_message_that_is_not_a_string_makes_a_bad_envelope():
+    bus = pair()
+    for text in (["one"], {"one": 1}, 5, None):
+        out = sends(bus, "bob", ("m1", "fine"), ("m2", text))
+        (error,) = [c.env for c in out if c.env.get("k") == "result"]
+        assert error["code"] == "bad_envelope" and "'messages'" in error["error"]
+    assert bus.engine.stats["internal_error"] == 0 and bus.sends(b"bob") == []
+    sends(bus, "bob", ("m1", "fine"))
+    assert delivered(bus) == [["m1", "fine"]]
+
+
+def test_a_target_that_names_nobody_is_still_refused_per_item():
+    bus = pair()
+    sends(bus, "nobody", ("m1", "one"), ("m2", "two"))
+    assert [results(bus)[i]["code"] for i in ("m1", "m2")] == ["target_not_found"] * 2
 
 
 def test_a_sends_before_hello_is_refused():

@@ -178,6 +178,17 @@ def test_a_link_hello_without_the_databases_proof_is_ignored():
     assert result_for(pair.call(pair.a, b"alice", "list", "l1"), b"alice", "l1")["sessions"] == []
 
 
+def test_a_link_frame_whose_next_envelope_has_a_list_or_map_kind_is_a_bad_envelope():
+    pair = Pair()
+    forged = envelope("link", broker="evil", proof="l1.0000", endpoint="ipc:///x", until=1e12,
+                      sessions=[])
+    engine = pair.a.engine
+    for kind in (["link_hb"], {"link_hb": 1}, 5):
+        engine.receive_batch(b"intruder", [forged, {"v": 1, "k": kind, "until": 1e12}], pair.a.now)
+    assert engine.stats["internal_error"] == 0 and engine.internal_errors == []
+    assert engine.stats["link.refused.bad_envelope"] == 3
+
+
 def test_reclaiming_an_id_that_a_session_on_the_other_broker_holds_opens_a_fresh_one():
     pair = linked_pair()
     first = pair.hello(pair.a, "twin")
