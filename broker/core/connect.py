@@ -3,9 +3,12 @@
 A ``hello`` on a connection without a session opens one; a ``hello`` naming a live
 session with its token moves that session to the new connection (a client
 reconnecting) and keeps everything. An id is granted to a new session only when no
-live session holds it and, while the broker remembers its last holder, only to that
-same Atomic session or to the holder of its token. Every departure (close, silence,
-a replaced connection) goes through :func:`disconnect`.
+live session holds it, and only to the holder of its last holder's reclaim secret: as
+this broker remembers it, or (an id it does not remember) as the store's identity row
+has it (:mod:`broker.core.claims`); anyone else gets a fresh id and the reason. A
+hello that opens a session under a new identity takes a token of its connection's
+and its peer's rate (:mod:`broker.core.session_rate`). Every departure (close,
+silence, a replaced connection) goes through :func:`disconnect`.
 
 Invariants:
 
