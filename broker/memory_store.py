@@ -13,7 +13,8 @@ Semantics (the SQLite store keeps the same ones):
   keeps the first ``started_at``, ``pid`` and ``endpoint``, and deletes every other
   broker's row on the same endpoint; ``LeaseReleased`` deletes;
 * ``SessionClaimed`` takes an id unless another broker with a live lease (not among
-  the claim's ``gone``) holds it, and is returned refused then; ``SessionReleased``
+  the claim's ``gone``) holds it, or it carries a ``token_hash`` the id's identity
+  row does not have (or there is no row), and is returned refused then; ``SessionReleased``
   deletes a claim of that broker; a lease renewal forgets the claims of brokers
   without a row;
 * ``RunSaved`` upserts by run id (a run keeps its place in load order);
@@ -37,9 +38,11 @@ Semantics (the SQLite store keeps the same ones):
   older than :data:`FINISHED_KEEP_S`;
 * ``RecoverySaved`` upserts by (agent, channel) (drafts are a payload);
   ``RecoveryDeleted`` deletes;
-* ``load`` forgets identities older than :data:`IDENTITY_KEEP_S` and returns at most
-  the newest ``identity_limit`` of the rest; every list is oldest first (identities by
-  time, runs and deliveries by first save, entries by seq).
+* ``load`` forgets identities older than :data:`IDENTITY_KEEP_S` and returns the
+  newest ``identity_limit`` of the rest, and those of the ids its runs, entries and
+  conversations name (:func:`named_ids`: a run's host is never lost to the bound);
+  every list is oldest first (identities by time, runs and deliveries by first save,
+  entries by seq).
 """
 
 from __future__ import annotations
@@ -101,6 +104,22 @@ class _Tables:
             del self.deliveries[key]
 
 
+def named_ids(runs: Sequence[RunSaved], sticky: Sequence[StickyRow],
+              conversations: Sequence[ConversationSaved]) -> list[str]:
+    """The session ids a snapshot's runs (hosts, subagents), entries (senders) and
+    conversations name: their identities are loaded whatever their age."""
+    named: set[str] = set()
+    for run in runs:
+        record = run.record if isinstance(run.record, dict) else {}
+        if isinstance(record.get("host"), str):
+            named.add(record["host"])
+        named.update(s["id"] for s in record.get("subagents") or ()
+                     if isinstance(s, dict) and isinstance(s.get("id"), str))
+    named.update(row.entry.sender_id for row in sticky)
+    named.update(c.session_id for c in conversations if c.session_id)
+    return sorted(named)
+
+
 def _identity(tables: _Tables, record: IdentitySaved) -> None:
     tables.identities[record.session_id] = record
 
@@ -122,6 +141,10 @@ def _release(tables: _Tables, record: LeaseReleased) -> None:
 
 
 def _claim(tables: _Tables, record: SessionClaimed) -> bool:
+    if record.token_hash is not None:
+        known = tables.identities.get(record.session_id)
+        if known is None or known.token_hash != record.token_hash:
+            return False
     holder = tables.claims.get(record.session_id)
     lease = tables.leases.get(holder) if holder is not None else None
     if holder is not None and holder != record.broker_id and lease is not None \
@@ -267,8 +290,12 @@ def writer_for(record: Record, writers: dict[type, Callable]) -> Callable:
 class MemoryStore:
     """Every table in dicts; see the module docstring for the semantics."""
 
-    def __init__(self, *, identity_limit: int = IDENTITY_LIMIT) -> None:
+    def __init__(self, *, identity_limit: int = IDENTITY_LIMIT,
+                 clock: Callable[[], float] = time.time) -> None:
+        """``clock``: the wall clock retention and leases are judged by at ``load``
+        (a core test passes its fake one, the clock its records were written with)."""
         self.identity_limit = identity_limit
+        self._clock = clock
         self._tables = _Tables()
         self._closed = False
         self._grant_key = secrets.token_bytes(32)
@@ -292,24 +319,23 @@ class MemoryStore:
     def load(self, owner: str | None = None, gone: Sequence[str] = ()) -> Snapshot:
         self._check_open()
         tables = self._tables
-        cutoff = time.time() - IDENTITY_KEEP_S
+        cutoff = self._clock() - IDENTITY_KEEP_S
         for sid in [sid for sid, ident in tables.identities.items() if ident.at < cutoff]:
             del tables.identities[sid]
         identities = sorted(tables.identities.values(), key=lambda i: (i.at, i.session_id))
-        recent = identities[-self.identity_limit:] if self.identity_limit > 0 else []
-        finished_cutoff = time.time() - FINISHED_KEEP_S
+        finished_cutoff = self._clock() - FINISHED_KEEP_S
         for job_id in [i for i, (job, at) in tables.invocations.items()
                        if job.state not in UNFINISHED and at < finished_cutoff]:
             del tables.invocations[job_id]
         owners: dict[str, str] = {}
         live_others = {lease.broker_id for lease in tables.leases.values()
-                       if lease.until > time.time() and lease.broker_id not in gone
+                       if lease.until > self._clock() and lease.broker_id not in gone
                        and lease.broker_id != owner}
         if owner is None:
             run_ids = set(tables.runs) | {e.run_id for e in tables.sticky.values()}
         else:
             live = {lease.broker_id for lease in tables.leases.values()
-                    if lease.until > time.time() and lease.broker_id not in gone}
+                    if lease.until > self._clock() and lease.broker_id not in gone}
             run_ids = set()
             for run in list(tables.runs.values()):
                 if run.owner == owner or run.owner not in live:
@@ -318,9 +344,13 @@ class MemoryStore:
                 else:
                     owners[run.run_id] = run.owner
         runs, sticky, deliveries = self._runs(run_ids, everything=owner is None)
+        conversations = list(tables.conversations.values())
+        named = set(named_ids(runs, sticky, conversations))
+        newest = len(identities) - max(self.identity_limit, 0)   # the index of the first
         return Snapshot(
-            identities=recent, runs=runs, sticky=sticky, deliveries=deliveries, owners=owners,
-            conversations=list(tables.conversations.values()),
+            identities=[i for n, i in enumerate(identities) if n >= newest or i.session_id in named],
+            runs=runs, sticky=sticky, deliveries=deliveries, owners=owners,
+            conversations=conversations,
             invocations=[job for job, _ in tables.invocations.values() if job.state in UNFINISHED
                          and not (owner is not None and job.state == "started"
                                   and tables.started_by.get(job.id) in live_others)],

@@ -58,17 +58,18 @@ _POLLIN = int(zmq.POLLIN)
 _RCVMORE = int(zmq.RCVMORE)
 
 
-def peer_of(frame: zmq.Frame) -> str:
+def peer_of(frame: zmq.Frame, tcp: bool) -> tuple[str, bool]:
     """Who sent ``frame``: its CURVE key when there is one, else the transport's
-    peer (on ipc the client's uid:gid:pid, on TCP its address)."""
+    peer (on ipc the client's uid:gid:pid, on TCP its address); and whether that is
+    only an address (``tcp``: the ROUTER serves TCP), shared by every client on a host."""
     for prop in ("User-Id", "Peer-Address"):
         try:
             value = frame.get(prop)
         except (zmq.ZMQError, KeyError, UnicodeDecodeError):
             continue
         if value:
-            return f"{prop}={value}"
-    return ""
+            return f"{prop}={value}", tcp and prop == "Peer-Address"
+    return "", tcp
 
 
 @dataclass
@@ -93,6 +94,7 @@ class Broker:
 
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
+        self._tcp = settings.endpoint.startswith("tcp://")
         self.log = get_logger("broker")
         self.broker_id = uuid.uuid4().hex[:12]
         self._stopping = False
@@ -283,14 +285,14 @@ class Broker:
                 identity = recv(_NOBLOCK)
             except zmq.Again:
                 return False
-            peer = ""
+            peer, by_address = "", False
             if identity in known or identity in by_link:
                 frame = recv()
             else:
                 # Who is behind a new connection, for the per-connection session bound:
                 # only read for identities without a session (zero-copy costs more).
                 data = recv(copy=False)
-                peer = peer_of(data)
+                peer, by_address = peer_of(data, self._tcp)
                 frame = data.bytes
             extra = False
             while getsockopt(_RCVMORE):
@@ -304,7 +306,7 @@ class Broker:
             except BusError as error:
                 commands.extend(engine.refuse_frame(identity, error))
                 continue
-            commands.extend(engine.receive_batch(identity, envs, now, wall, peer))
+            commands.extend(engine.receive_batch(identity, envs, now, wall, peer, by_address))
         return True
 
     def _drain_worker(self, now: float, wall: float, commands: list) -> None:

@@ -45,7 +45,7 @@ from .core.records import (RECORD_TYPES, ConversationDeleted, ConversationSaved,
                            SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
                            StickyKept, StickyRow, StickySaved)
 from . import store_sql as sql
-from .memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, apply_each
+from .memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, apply_each, named_ids
 
 # The statements are in broker.store_sql; these names are the store's public ones.
 SCHEMA_VERSION = sql.SCHEMA_VERSION
@@ -273,10 +273,6 @@ class SqliteStore:
         others are named in ``owners``. Without ``owner``, every run."""
         conn = self.conn
         with conn:   # one transaction: a consistent picture while other brokers write
-            conn.execute(sql._PRUNE_IDENTITIES, {"cutoff": time.time() - IDENTITY_KEEP_S})
-            identities = [IdentitySaved(**row) for row in
-                          _rows(conn, sql._SELECT_IDENTITIES, {"limit": max(self.identity_limit, 0)})]
-            identities.reverse()
             if owner is None:
                 run_ids = [row["run_id"] for row in
                            _rows(conn, "SELECT run_id FROM runs UNION SELECT run_id FROM sticky")]
@@ -289,6 +285,10 @@ class SqliteStore:
             runs, sticky, deliveries = self._runs(run_ids, everything=owner is None)
             conversations = [ConversationSaved(**{**row, "remote": bool(row["remote"])})
                              for row in _rows(conn, sql._SELECT_CONVERSATIONS)]
+            conn.execute(sql._PRUNE_IDENTITIES, {"cutoff": time.time() - IDENTITY_KEEP_S})
+            identities = [IdentitySaved(**row) for row in _rows(conn, sql._SELECT_IDENTITIES, {
+                "limit": max(self.identity_limit, 0),
+                "named": json.dumps(named_ids(runs, sticky, conversations))})]
             conn.execute(sql._PRUNE_INVOCATIONS, {"cutoff": time.time() - FINISHED_KEEP_S})
             invocations = [InvocationSaved(**row) for row in _rows(conn, sql._SELECT_INVOCATIONS, {
                 "owner": owner, "now": time.time(), "gone": json.dumps(list(gone))})]
@@ -347,6 +347,9 @@ class SqliteStore:
         self.conn.execute(sql._FORGET_CLAIMS)
 
     def _claim(self, record: SessionClaimed) -> bool:
+        if record.token_hash is not None and not any(_rows(self.conn, sql._IDENTITY_HAS, {
+                "session_id": record.session_id, "token_hash": record.token_hash})):
+            return False
         self.conn.execute(sql._CLAIM, _params(record, gone=json.dumps(record.gone)))
         (row,) = _rows(self.conn, sql._CLAIM_HOLDER, {"session_id": record.session_id})
         return row["broker_id"] == record.broker_id

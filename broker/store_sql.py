@@ -174,6 +174,9 @@ WHERE session_claims.broker_id = excluded.broker_id
    OR session_claims.broker_id NOT IN (SELECT broker_id FROM brokers WHERE lease_until > :at)
    OR session_claims.broker_id IN (SELECT value FROM json_each(:gone))
 """
+_IDENTITY_HAS = """
+SELECT 1 FROM session_identity WHERE session_id = :session_id AND token_hash = :token_hash
+"""
 _CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
 _UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
 # A broker that lost a run (it was adopted while this one was taken for dead) writes
@@ -254,9 +257,14 @@ _DELETE_RECOVERY = "DELETE FROM response_recovery WHERE agent = :agent AND chann
 
 _META_TABLE = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
 _PRUNE_IDENTITIES = "DELETE FROM session_identity WHERE updated_at < :cutoff"
+# The newest :limit, and those of the ids in :named (a JSON list), oldest first.
 _SELECT_IDENTITIES = """
+SELECT * FROM (SELECT session_id, atomic_session_id, token_hash, name, updated_at AS at
+               FROM session_identity ORDER BY updated_at DESC, session_id DESC LIMIT :limit)
+UNION
 SELECT session_id, atomic_session_id, token_hash, name, updated_at AS at
-FROM session_identity ORDER BY updated_at DESC, session_id DESC LIMIT :limit
+FROM session_identity WHERE session_id IN (SELECT value FROM json_each(:named))
+ORDER BY at, session_id
 """
 # The runs named in :runs (a JSON list) with their sticky entries and delivery states.
 _SELECT_RUNS = """

@@ -35,8 +35,15 @@ BOUNDS: tuple[Bound, ...] = (
           "keep being served"),
     Bound("max_sessions_per_connection", "maxSessionsPerConnection",
           limits.MAX_SESSIONS_PER_CONNECTION, "too_many_sessions",
-          "live sessions from one peer: one client process on ipc, one CURVE key, or one "
-          "address on plain TCP"),
+          "live sessions from one peer: one client process on ipc, one CURVE key; on plain TCP, "
+          "where nothing names the client, one connection (only --max-sessions bounds TCP "
+          "clients together)"),
+    Bound("max_new_sessions_per_second", "maxNewSessionsPerSecond",
+          limits.MAX_NEW_SESSIONS_PER_SECOND, "session_rate_limited",
+          f"sessions one peer (client process, CURVE key, or address on plain TCP) and one "
+          f"connection may open a second, after a burst of {limits.NEW_SESSION_BURST} "
+          f"({limits.CONNECTION_NEW_SESSION_BURST} for a connection); a reconnect with its "
+          f"id's reclaim secret is not counted"),
     Bound("max_backlog_bytes", "maxBacklogBytes", limits.MAX_BACKLOG_BYTES, "target_backlogged",
           "bytes sent to one session that its client has not read yet; past it sends to that "
           "session are refused, past twice it the session is dropped as not reading"),

@@ -42,6 +42,7 @@ class Config:
     # The broker's resource bounds (schemas.bounds); a client ignores them.
     maxSessions: int = BY_FIELD["max_sessions"].default
     maxSessionsPerConnection: int = BY_FIELD["max_sessions_per_connection"].default
+    maxNewSessionsPerSecond: int = BY_FIELD["max_new_sessions_per_second"].default
     maxBacklogBytes: int = BY_FIELD["max_backlog_bytes"].default
     maxRunsPerSession: int = BY_FIELD["max_runs_per_session"].default
     maxRunEntries: int = BY_FIELD["max_run_entries"].default

@@ -134,6 +134,9 @@ _TABLE = [
     # Resource limits (broker flags --max-*; see the README's limits table).
     ErrorSpec("too_many_sessions", "state", "The broker holds {count} sessions{scope}, its limit "
               "(--{flag} {limit}); close a session or ask the operator to raise the limit"),
+    ErrorSpec("session_rate_limited", "state", "Sessions from this {scope} are opened faster "
+              "than the broker allows ({limit} a second after a burst of {burst}, "
+              "--max-new-sessions-per-second); try again in {wait_s:.2f} s"),
     ErrorSpec("too_many_groups", "state", "A session may belong to at most {limit} groups "
               "(--max-groups); leave one first"),
     ErrorSpec("too_many_runs", "state", "This session already hosts {limit} workflow runs "
@@ -166,6 +169,8 @@ _TABLE = [
     ErrorSpec("draft_incomplete", "state", "Draft {draft!r} is {completion}: only a complete draft "
               "can be sent by reference; author a complete replacement with content"),
     ErrorSpec("session_id_held", "state", "A live session on another broker holds that id"),
+    ErrorSpec("session_id_unverified", "state", "No broker on this database remembers that id "
+              "with that reclaim secret, or a live session on another broker holds it"),
     ErrorSpec("invocation_taken", "state", "The invocation was already started by another "
               "broker, or its conversation was deleted"),
     ErrorSpec("store_unavailable", "state", "The broker's database is locked by another process "

@@ -39,7 +39,11 @@ CALL_TIMEOUT_S = 10.0              # client waits this long for a non-ask answer
 # What one client may make the broker hold (each is a flag and a config field; the
 # README's limits table is generated from broker.limits_table).
 MAX_SESSIONS = 4096                # live sessions, broker-wide
-MAX_SESSIONS_PER_CONNECTION = 1024 # live sessions from one peer (process, address or key)
+MAX_SESSIONS_PER_CONNECTION = 1024 # live sessions from one peer (process, key; connection on TCP)
+MAX_NEW_SESSIONS_PER_SECOND = 100  # sessions one peer (or connection) opens a second, past a burst
+NEW_SESSION_BURST = 1024           # ... opened at once by one peer before that rate applies
+CONNECTION_NEW_SESSION_BURST = 8   # ... by one connection (it holds one session at a time)
+MAX_IDENTITIES = 200_000           # ids whose last holder a broker remembers in memory
 MAX_BACKLOG_BYTES = 8 << 20        # bytes sent to one session and not yet read by it
 MAX_RUNS_PER_SESSION = 64          # workflow runs one session hosts
 MAX_RUN_ENTRIES = 10_000            # sticky entries kept for one run

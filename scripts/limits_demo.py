@@ -27,7 +27,42 @@ from benchkit.tmp_broker import TmpBroker  # noqa: E402
 
 FLAGS = {"--max-sessions": 3, "--max-sessions-per-connection": 2, "--max-backlog-bytes": 65536,
          "--max-runs-per-session": 1, "--max-run-entries": 3, "--max-run-bytes": 30000,
-         "--max-sticky-bytes": 50000, "--max-groups": 3, "--max-conversations": 2}
+         "--max-sticky-bytes": 50000, "--max-groups": 3, "--max-conversations": 2,
+         "--max-new-sessions-per-second": 1}
+
+
+def hello_bye_loop(endpoint: str, rounds: int) -> dict:
+    """Open and close a session ``rounds`` times on one raw connection (what churn
+    looks like; our client opens a connection per session); the first refusal, or
+    the last answer."""
+    import msgpack
+    import zmq
+
+    from schemas.protocol import envelope, pack
+
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(endpoint)
+
+    def request(env: dict) -> dict:
+        sock.send(pack(env))
+        while sock.poll(10_000):
+            frame = msgpack.unpackb(sock.recv(), raw=False)
+            for answer in frame if isinstance(frame, list) else [frame]:
+                if answer.get("k") == "result" and answer.get("re") == env["id"]:
+                    return answer
+        return {"ok": False, "code": "no_answer", "error": "no answer within 10 s"}
+
+    try:
+        answer: dict = {}
+        for n in range(rounds):
+            answer = request(envelope("hello", id=f"h{n}", name="churner"))
+            if not answer["ok"]:
+                return answer
+            request(envelope("bye", id=f"b{n}"))
+        return answer
+    finally:
+        sock.close()
 
 
 def main() -> int:
@@ -45,6 +80,8 @@ def main() -> int:
             rows.append((f"{flag} {FLAGS[flag]}", call, answer.get("code", "ok"),
                          answer.get("error", "")))
 
+        refused("--max-new-sessions-per-second", "hello and bye 9 times on one connection",
+                hello_bye_loop(endpoint, 9))
         for n in range(2):
             connect(f"conv{n}", agent="demo", channel=f"discord:{n}").close()
         try:
@@ -102,7 +139,8 @@ def main() -> int:
                 "--max-groups": "too_many_groups", "--max-runs-per-session": "too_many_runs",
                 "--max-run-entries": "run_full", "--max-run-bytes": "run_full",
                 "--max-sticky-bytes": "sticky_storage_full", "--max-backlog-bytes": "target_backlogged",
-                "--max-conversations": "too_many_conversations"}
+                "--max-conversations": "too_many_conversations",
+                "--max-new-sessions-per-second": "session_rate_limited"}
     ok = True
     for flag_value, call, code, text in rows:
         good = code == expected[flag_value.split()[0]]

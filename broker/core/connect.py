@@ -3,9 +3,12 @@
 A ``hello`` on a connection without a session opens one; a ``hello`` naming a live
 session with its token moves that session to the new connection (a client
 reconnecting) and keeps everything. An id is granted to a new session only when no
-live session holds it and, while the broker remembers its last holder, only to that
-same Atomic session or to the holder of its token. Every departure (close, silence,
-a replaced connection) goes through :func:`disconnect`.
+live session holds it, and only to the holder of its last holder's reclaim secret: as
+this broker remembers it, or (an id it does not remember) as the store's identity row
+has it (:mod:`broker.core.claims`); anyone else gets a fresh id and the reason. A
+hello that opens a session under a new identity takes a token of its connection's
+and its peer's rate (:mod:`broker.core.session_rate`). Every departure (close,
+silence, a replaced connection) goes through :func:`disconnect`.
 
 Invariants:
 
@@ -36,12 +39,14 @@ from .grants import admit_child, session_token
 from .membership import change_groups
 from .presence import membership_changed, status_changed
 from .claims import claim
+from .identities import remember
+from .identity_table import IdentityRecord
 from .records import IdentitySaved, SessionReleased
 from .sessions import Session
 from .stages import bind, host_returned, stage_home, unbind
-from .state import IdentityRecord, State
+from .state import State
 
-MAX_IDENTITIES = 200_000
+NOT_REMEMBERED = "that id is not remembered here and came without a reclaim secret"
 
 
 def token_hash(token: str) -> str:
@@ -52,7 +57,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
           now: float) -> None:
     """Raises BusError(already_connected | invalid_name | bad_envelope | unknown_run |
     invalid_path | workflow_different_group | invalid_agent | invalid_channel |
-    channel_in_use)."""
+    channel_in_use | too_many_sessions | session_rate_limited)."""
     if current is not None:
         if env.get("sessionId") == current.id and _token_ok(current, env.get("token")):
             backlog.restart(current)
@@ -76,7 +81,8 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         return
 
     conversation_claim = conversations.claim(state, env)
-    _check_room(state)
+    peer = _counted_as(state, identity)
+    _check_room(state, peer)
     parent_id = env.get("parent") or None
     child_grant = None
     if parent_id is not None:
@@ -101,16 +107,19 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     groups = [clean_group(g) for g in restore] if restore else [home]
     groups, dropped = _fit_groups(state, home, groups)
     check_claimed(groups, home, stage is not None)
-    session_id, refusal = _grant_id(state, env)
+    session_id, refusal, unverified = _grant_id(state, env)
+    if not (env.get("sessionId") and refusal is None and unverified is None):
+        # A new identity (an id taken back with its secret, checked here, is none).
+        state.session_rate.admit(identity, state.peer, now, state.limits.max_new_sessions_per_second)
     if child_grant is not None:     # nothing can refuse the hello any more: the grant is spent
         state.used_grants.use(child_grant, state.wall)
-    peer = state.peer
 
     def open_as(session_id: str, refusal: str | None, now: float) -> None:
         _open(state, identity, env, re, now, session_id, refusal, name, kind, parent,
               home, groups, dropped, stage, peer, conversation_claim)
 
-    claim(state, identity, session_id, refusal, bool(env.get("sessionId")), open_as, now)
+    claim(state, identity, session_id, refusal, bool(env.get("sessionId")), open_as, now,
+          unverified)
 
 
 def _open(state: State, identity: bytes, env: dict, re: str, now: float, session_id: str,
@@ -227,7 +236,7 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
 def _reattach(state: State, session: Session, identity: bytes, env: dict, re: str,
               now: float) -> None:
     """The same client came back on a new connection: keep everything, move the route."""
-    state.registry.rebind(session, identity, state.peer)
+    state.registry.rebind(session, identity, _counted_as(state, identity))
     backlog.restart(session)
     session.last_seen_at = now
     _adopt_claimed(state, session, env)
@@ -235,13 +244,20 @@ def _reattach(state: State, session: Session, identity: bytes, env: dict, re: st
     state.answer(session, re, welcome(state, session))
 
 
-def _check_room(state: State) -> None:
+def _counted_as(state: State, identity: bytes) -> str:
+    """Whom a session from ``identity`` counts against for the per-connection bound:
+    its peer (a client process, a CURVE key), or the connection itself where the
+    peer is only an address that every local client shares (plain TCP)."""
+    return f"{state.peer} via {identity.hex()}" if state.peer_is_address else state.peer
+
+
+def _check_room(state: State, peer: str) -> None:
     """A new session fits the broker-wide and per-peer bounds. Raises BusError(too_many_sessions)."""
     limits, registry = state.limits, state.registry
     if len(registry) >= limits.max_sessions:
         raise BusError("too_many_sessions", count=len(registry), scope="",
                        flag="max-sessions", limit=limits.max_sessions)
-    from_peer = registry.by_peer.get(state.peer, 0)
+    from_peer = registry.by_peer.get(peer, 0)
     if from_peer >= limits.max_sessions_per_connection:
         raise BusError("too_many_sessions", count=from_peer, scope=" from this connection",
                        flag="max-sessions-per-connection", limit=limits.max_sessions_per_connection)
@@ -283,32 +299,38 @@ def _adopt_claimed(state: State, session: Session, env: dict) -> None:
 
 def _remember(state: State, session: Session) -> None:
     record = IdentityRecord(session.atomic_session_id, token_hash(session.token))
-    state.identities[session.id] = record
-    state.identities.move_to_end(session.id)
-    if len(state.identities) > MAX_IDENTITIES:
-        state.identities.popitem(last=False)
+    remember(state, session.id, record)
     state.persist(IdentitySaved(session.id, record.atomic_session_id, record.token_hash,
                                 session.name, state.wall))
 
 
-def _grant_id(state: State, env: dict) -> tuple[str, str | None]:
-    """The requested id when the caller may hold it, else a fresh one and why.
+def _grant_id(state: State, env: dict) -> tuple[str, str | None, str | None]:
+    """The requested id when the caller may hold it, else a fresh one and why; and
+    the hash of the secret the store must confirm, when this broker cannot.
 
-    Knowing an id (and its Atomic session id) is not enough: while the broker
-    remembers who last held it, only that holder's reclaim secret (the welcome's
-    ``token``, kept in the session's identity history entry) takes it back.
+    Knowing an id (and its Atomic session id) is not enough: only its last holder's
+    reclaim secret (the welcome's ``token``, kept in the session's identity history
+    entry) takes it back. An id this broker does not remember (forgotten here, or
+    saved by another broker it has not heard of) goes back only once the store's
+    claim finds the same secret in the store's identity rows (broker.core.claims);
+    without a secret it is not asked for at all.
     """
     wanted = env.get("sessionId")
     if not wanted:
-        return state.new_id(), None
+        return state.new_id(), None, None
     if not _is_uuid(wanted):
-        return state.new_id(), "not a session id this broker issues"
+        return state.new_id(), "not a session id this broker issues", None
+    token = env.get("token")
     held = state.registry.by_id.get(wanted)
-    if held is not None and (held.broker is None or not _secret_ok(state, wanted, env.get("token"))):
-        return state.new_id(), "a live session holds that id"
-    if wanted not in state.identities or _secret_ok(state, wanted, env.get("token")):
-        return wanted, None
-    return state.new_id(), "the reclaim secret does not match the id's last holder"
+    if held is not None and (held.broker is None or not _secret_ok(state, wanted, token)):
+        return state.new_id(), "a live session holds that id", None
+    if wanted in state.identities:
+        if _secret_ok(state, wanted, token):
+            return wanted, None, None
+        return state.new_id(), "the reclaim secret does not match the id's last holder", None
+    if not isinstance(token, str) or not token:
+        return state.new_id(), NOT_REMEMBERED, None
+    return wanted, None, token_hash(token)
 
 
 def _secret_ok(state: State, session_id: str, token: Any) -> bool:

@@ -44,7 +44,8 @@ from .dispatch import handle
 from .outbox import render
 from .records import InvocationSaved, InvocationState, Snapshot, StickyRow
 from .sessions import Registry
-from .state import IdentityRecord, Limits, State
+from .identity_table import IdentityRecord
+from .state import Limits, State
 from .sticky import SEQ_TAG_BITS
 
 SWEEP_INTERVAL_S = 0.5
@@ -75,8 +76,8 @@ class Engine:
         self.state.cluster.endpoint = endpoint
         self.state.cluster.lease_s = lease_s
         self.state.cluster.curve_public = curve_public
-        if identities:
-            self.state.identities.update(identities)
+        for session_id, record in (identities or {}).items():
+            self.state.identities.restore(session_id, record)
         # Sticky entry numbers must not collide with another broker's on one database.
         self.state.sticky.tag = zlib.crc32(broker_id.encode()) & ((1 << SEQ_TAG_BITS) - 1)
         self._next_sweep_at = 0.0
@@ -116,8 +117,8 @@ class Engine:
         if snapshot.grant_key:
             state.grant_key = snapshot.grant_key
         for saved in snapshot.identities:
-            state.identities[saved.session_id] = IdentityRecord(saved.atomic_session_id,
-                                                                saved.token_hash)
+            state.identities.restore(saved.session_id,
+                                     IdentityRecord(saved.atomic_session_id, saved.token_hash))
         ownership.take(state, snapshot)
         return self._flush()
 
@@ -134,21 +135,25 @@ class Engine:
                 state.persist(InvocationState(saved.id, FAILED, state.wall, RESTARTED_TEXT))
 
     def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None,
-                peer: str = "") -> list[Command]:
+                peer: str = "", peer_is_address: bool = False) -> list[Command]:
         """Handle one decoded envelope from ``identity``."""
-        return self.receive_batch(identity, [env], now, wall, peer)
+        return self.receive_batch(identity, [env], now, wall, peer, peer_is_address)
 
     def receive_batch(self, identity: bytes, envs: list, now: float,
-                      wall: float | None = None, peer: str = "") -> list[Command]:
+                      wall: float | None = None, peer: str = "",
+                      peer_is_address: bool = False) -> list[Command]:
         """Handle the envelopes of one frame, in order.
 
         ``peer`` names who is behind ``identity`` (a client process, a CURVE key, an
-        address) for the per-connection session bound; the shell passes it with the
-        frames of an identity that has no session yet.
+        address) for the per-connection session bound and the rate of new sessions;
+        the shell passes it with the frames of an identity that has no session yet.
+        ``peer_is_address``: it is only an address every local client shares (plain
+        TCP), so sessions are counted per connection instead.
         """
         state = self.state
         state.wall = now if wall is None else wall
         state.peer = peer
+        state.peer_is_address = peer_is_address
         by_link = state.cluster.by_link
         if by_link and identity in by_link or envs and links.is_hello(envs[0]):
             links.receive(state, identity, envs, now)

@@ -26,8 +26,10 @@ from . import held
 from .cluster import Peer, mirror_identity
 from .presence import membership_changed, status_changed
 from .sessions import Session
+from .identities import remember
+from .identity_table import IdentityRecord
 from .stages import host_returned
-from .state import IdentityRecord, State
+from .state import State
 
 
 def upsert(state: State, peer: Peer, row: Any, now: float) -> None:
@@ -81,7 +83,7 @@ def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
     token_hash = row.get("tokenHash")
     if isinstance(token_hash, str) and token_hash:
         # Who holds the id, so its secret (and only that) takes it back here.
-        state.identities[session.id] = IdentityRecord(session.atomic_session_id, token_hash)
+        remember(state, session.id, IdentityRecord(session.atomic_session_id, token_hash))
     peer.mirrors.add(session.id)
     membership_changed(state, session, set(), set(session.groups), connecting=True)
     # A host that failed over to ``peer`` while its run stayed here (its broker was

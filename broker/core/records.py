@@ -65,14 +65,16 @@ class SessionClaimed:
 
     Store-wide, at most one live broker holds an id: the claim takes the id when
     nobody holds it, when ``broker_id`` does, or when its holder's lease has ended at
-    ``at`` or is among ``gone`` (brokers the claimant saw die, whose lease runs on).
-    Otherwise it is *refused*: nothing of it is written, the rest of its batch is,
-    and :meth:`Store.apply` returns it."""
+    ``at`` or is among ``gone`` (brokers the claimant saw die, whose lease runs on);
+    with ``token_hash`` (a reclaim the claimant could not check itself), only if the
+    store's identity row for the id has that hash. Otherwise it is *refused*: nothing
+    of it is written, the rest of its batch is, and :meth:`Store.apply` returns it."""
 
     session_id: str
     broker_id: str
     at: float
     gone: list[str] = field(default_factory=list)
+    token_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +227,11 @@ RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
 
 def refusal_code(record: Record) -> str:
     """The error code the waiter of a refused record gets (see :meth:`Store.apply`)."""
-    return "invocation_taken" if type(record) is InvocationState else "session_id_held"
+    if type(record) is InvocationState:
+        return "invocation_taken"
+    if type(record) is SessionClaimed and record.token_hash is not None:
+        return "session_id_unverified"    # or held elsewhere: the store does not say which
+    return "session_id_held"
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -33,9 +33,11 @@ from .commands import Answer, Command, Persist
 from .dedup import MessageIds
 from .departures import Departures
 from .grants import UsedGrants
+from .identity_table import IdentityTable
 from .invocations import InvocationTable
 from .records import Record, StickyRow
 from .runs import Run
+from .session_rate import SessionRate
 from .sessions import Registry, Session
 from .sticky import StickyQueues
 
@@ -51,6 +53,7 @@ class Limits:
     liveness_s: float = LIVENESS_S
     max_sessions: int = limits.MAX_SESSIONS
     max_sessions_per_connection: int = limits.MAX_SESSIONS_PER_CONNECTION
+    max_new_sessions_per_second: int = limits.MAX_NEW_SESSIONS_PER_SECOND
     max_backlog_bytes: int = limits.MAX_BACKLOG_BYTES
     max_runs_per_session: int = limits.MAX_RUNS_PER_SESSION
     max_run_entries: int = limits.MAX_RUN_ENTRIES
@@ -59,14 +62,7 @@ class Limits:
     max_groups: int = limits.MAX_GROUPS
     max_conversations: int = limits.MAX_CONVERSATIONS
     host_lease_s: float = limits.LEASE_S   # a run whose host left stays as it was this long
-
-
-@dataclass(frozen=True, slots=True)
-class IdentityRecord:
-    """Who last held a session id (persisted so a restart keeps the rule)."""
-
-    atomic_session_id: str | None
-    token_hash: str
+    max_identities: int = limits.MAX_IDENTITIES   # who held which id, remembered (see identities)
 
 
 OnDone = Callable[[float], None]
@@ -81,8 +77,9 @@ class State:
     new_id: Callable[[], str]
     new_token: Callable[[], str]
     registry: Registry = field(default_factory=Registry)
-    # Who last held each id, newest last (bounded: the oldest are forgotten first).
-    identities: OrderedDict[str, IdentityRecord] = field(default_factory=OrderedDict)
+    # Who last held each id, newest last (bounded: see broker.core.identity_table).
+    identities: IdentityTable = field(default_factory=IdentityTable)
+    session_rate: SessionRate = field(default_factory=SessionRate)   # new sessions per peer
     asks: AskTable = field(default_factory=AskTable)
     ids: MessageIds = field(default_factory=MessageIds)
     # Ordinary messages each session received lately: msg id -> sender id.
@@ -114,6 +111,7 @@ class State:
     warnings: list[str] = field(default_factory=list)   # the operator's, shown in status
     pub_endpoint: str | None = None   # told in the welcome, so tail follows this broker
     peer: str = ""                    # who sent the current input (the shell says; see Session.peer)
+    peer_is_address: bool = False     # ... and it is only an address (plain TCP), not a client
 
     # -- verbs ---------------------------------------------------------------------
 

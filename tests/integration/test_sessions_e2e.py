@@ -6,7 +6,9 @@ One broker serves the whole module; every test works in groups of its own (see
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -50,6 +52,18 @@ def groups_of(session) -> list[str]:
 
 def uuid_with_prefix(prefix: str) -> str:
     return prefix + str(uuid.uuid4())[8:]
+
+
+def identity_with_prefix(broker, prefix: str) -> dict:
+    """An identity history entry for an id starting with ``prefix``, as if an earlier
+    session had held it: its row is put in the database (an id is never granted on
+    request, only with its last holder's secret)."""
+    session_id, secret = uuid_with_prefix(prefix), uuid.uuid4().hex
+    with sqlite3.connect(broker.db, timeout=10) as db:
+        db.execute("INSERT INTO session_identity (session_id, atomic_session_id, token_hash, "
+                   "name, updated_at) VALUES (?, NULL, ?, 'earlier', ?)",
+                   (session_id, hashlib.sha256(secret.encode()).hexdigest(), time.time()))
+    return {"sessionId": session_id, "reclaimSecret": secret}
 
 
 @pytest.fixture(scope="module")
@@ -361,9 +375,9 @@ def test_send_to_an_ambiguous_name_lists_only_visible_candidates(bus):
 def test_send_to_an_ambiguous_prefix_lists_only_visible_candidates(bus):
     prefix = uuid.uuid4().hex[:8]
     alice, one, two, hidden = bus.connect_all(
-        "alice", ("one", {"session_id": uuid_with_prefix(prefix)}),
-        ("two", {"session_id": uuid_with_prefix(prefix)}),
-        ("hidden", {"group": unique(), "session_id": uuid_with_prefix(prefix)}))
+        "alice", ("one", {"identity": identity_with_prefix(bus.broker, prefix)}),
+        ("two", {"identity": identity_with_prefix(bus.broker, prefix)}),
+        ("hidden", {"group": unique(), "identity": identity_with_prefix(bus.broker, prefix)}))
     assert {one.id[:8], two.id[:8], hidden.id[:8]} == {prefix}
     result = alice.intercom(action="send", to=prefix, message="hi")
     assert_refused(result, "ambiguous_target")

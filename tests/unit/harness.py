@@ -24,12 +24,13 @@ class Bus:
         self._limits = Limits(**limits)
         self._new_ids = itertools.count(0xA0000001)
         self._tokens = itertools.count(1)
-        self.store = MemoryStore()
+        self.now = 1000.0
+        # The store judges what it keeps by the clock the engine wrote its records with.
+        self.store = MemoryStore(clock=lambda: self.now)
         self.agent_settings: dict[str, AgentSettings] = {}
         self.engine = self._engine()
         self.engine.restore(self.store.load())
         self.grants: dict[str, str] = {}   # stage path -> grant, as hosts were given them
-        self.now = 1000.0
         self._ids = itertools.count(1)
         self.last: list = []
         self.uncommitted: list[int] = []
@@ -67,8 +68,9 @@ class Bus:
         self.last = self._track(self.engine.tick(self.now))
         return self.last
 
-    def feed(self, identity: bytes, env: Any, peer: str = "") -> list:
-        self.last = self._track(self.engine.receive(identity, env, self.now, peer=peer))
+    def feed(self, identity: bytes, env: Any, peer: str = "", peer_is_address: bool = False) -> list:
+        self.last = self._track(self.engine.receive(identity, env, self.now, peer=peer,
+                                                    peer_is_address=peer_is_address))
         return self.last
 
     def wrote(self, counts: dict[bytes, int]) -> list:

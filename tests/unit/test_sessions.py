@@ -250,9 +250,12 @@ def test_a_refused_reclaim_of_a_live_id_says_why():
 
 def test_reconnect_after_restart_restores_listed_memberships():
     bus = Bus()
-    restored = bus.hello("alice", sessionId=uuid_from(7), homeGroup="home",
-                         groups=["ops", "docs"])
-    assert restored["sessionId"] == uuid_from(7)
+    first = bus.hello("alice", homeGroup="home")
+    bus.commit()
+    bus.restart()
+    restored = bus.hello("alice", sessionId=first["sessionId"], token=first["token"],
+                         homeGroup="home", groups=["ops", "docs"])
+    assert restored["sessionId"] == first["sessionId"]
     assert restored["groups"] == ["ops", "docs"] and restored["homeGroup"] == "home"
 
 
@@ -303,13 +306,11 @@ def test_one_presence_event_is_shared_by_every_peer():
     assert len(envs) == 3 and all(env is envs[0] for env in envs)
 
 
-def test_identity_memory_is_bounded(monkeypatch):
-    from broker.core import connect
-
-    monkeypatch.setattr(connect, "MAX_IDENTITIES", 3)
-    bus = Bus()
+def test_identity_memory_is_bounded():
+    bus = Bus(max_identities=3)
     for n in range(5):
         bus.hello(f"s{n}")
+        bus.feed(f"s{n}".encode(), envelope("bye"))
     assert list(bus.engine.state.identities) == [uuid_from(0xA0000003), uuid_from(0xA0000004), uuid_from(0xA0000005)]
 
 

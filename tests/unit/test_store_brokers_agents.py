@@ -9,7 +9,7 @@ from broker.core.records import (ConversationDeleted, InvocationState, LeaseRele
                                  LeaseRenewed, RecoveryDeleted, RunSaved, SessionClaimed,
                                  SessionReleased)
 
-from .store_helpers import (NOW, conversation, draft_row, job, lease, open_store,  # noqa: F401
+from .store_helpers import (NOW, conversation, draft_row, identity, job, lease, open_store,  # noqa: F401
                             store)
 
 
@@ -134,6 +134,15 @@ def test_an_id_is_claimed_from_a_broker_whose_lease_ended_or_that_the_claimant_s
     assert store.apply([SessionClaimed("x", "b3", NOW + 60),
                         SessionClaimed("y", "b3", NOW, gone=["b2"])]) == []
     assert store.claims() == {"x": "b3", "y": "b3"}
+
+
+def test_a_claim_with_a_secret_takes_the_id_only_if_its_identity_row_has_that_secret(store):
+    store.apply([lease("b1", NOW + 30), identity("x", NOW, "right")])
+    wrong, unknown = SessionClaimed("x", "b1", NOW, token_hash="wrong"), \
+        SessionClaimed("never-saved", "b1", NOW, token_hash="right")
+    assert store.apply([wrong, unknown]) == [wrong, unknown] and store.claims() == {}
+    assert store.apply([SessionClaimed("x", "b1", NOW, token_hash="right")]) == []
+    assert store.claims() == {"x": "b1"}
 
 
 def test_a_release_frees_only_the_releasing_brokers_claim(store):

@@ -50,6 +50,14 @@ def test_identities_past_the_limit_restore_only_the_newest(open_store):
     assert [i.session_id for i in store.load().identities] == ["s3", "s4"]
 
 
+def test_identities_a_run_or_conversation_names_are_restored_past_the_limit(open_store):
+    store = open_store(identity_limit=2)
+    store.apply([identity(f"s{n}", NOW - 10 + n) for n in range(6)])
+    store.apply([RunSaved("r1", {"runId": "r1", "host": "s0", "subagents": [{"id": "s1"}]}),
+                 ConversationSaved("lys", "internal:x", False, NOW, "s2")])
+    assert [i.session_id for i in store.load().identities] == ["s0", "s1", "s2", "s4", "s5"]
+
+
 # -- runs --------------------------------------------------------------------------------
 
 def test_a_run_saved_again_keeps_its_place_with_the_latest_record(store):

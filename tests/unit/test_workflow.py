@@ -340,9 +340,10 @@ def test_queued_send_retried_after_a_restart_is_not_queued_twice():
     bus = hosted()
     bus.feed(b"host", envelope("call", id="k1", action="send", to="workflow:r1/plan", message="once"))
     first = result_for(bus.commit(), b"host", "k1")
-    host_id = bus.engine.registry.by_identity[b"host"].id
+    host = bus.engine.registry.by_identity[b"host"]
+    host_id, token = host.id, host.token
     bus.restart()
-    bus.hello("host", identity=b"host2", sessionId=host_id, groups=["default", "workflow:r1"],
+    bus.hello("host", identity=b"host2", sessionId=host_id, token=token, groups=["default", "workflow:r1"],
               homeGroup="default")
     out = bus.feed(b"host2", envelope("call", id="k1", action="send", to="workflow:r1/plan",
                                       message="once"))
@@ -368,9 +369,10 @@ def test_pipelined_queued_send_retried_after_a_restart_is_answered_queued_with_i
     assert [c for c in bus.feed(b"host", pipelined) if getattr(c, "env", {}).get("k") == "acks"] == []
     first = result_for(bus.commit(), b"host", "p1")
     assert first["queued"] is True and first["position"] == 2
-    host_id = bus.engine.registry.by_identity[b"host"].id
+    host = bus.engine.registry.by_identity[b"host"]
+    host_id, token = host.id, host.token
     bus.restart()
-    bus.hello("host", identity=b"host2", sessionId=host_id, groups=["default", "workflow:r1"],
+    bus.hello("host", identity=b"host2", sessionId=host_id, token=token, groups=["default", "workflow:r1"],
               homeGroup="default")
     out = bus.feed(b"host2", pipelined)
     assert result_for(out, b"host2", "p1") == first

@@ -65,9 +65,10 @@ def test_one_queue_per_stage_holds_across_a_restart():
         queue(bus, b"host", "workflow:r1/plan", f"n{n}")
     for n in range(10):
         queue(bus, b"host", "workflow:r1/s-plan", f"i{n}")
-    host_id = bus.engine.registry.by_identity[b"host"].id
+    host = bus.engine.registry.by_identity[b"host"]
+    host_id, token = host.id, host.token
     bus.restart()
-    bus.hello("host", identity=b"host2", sessionId=host_id, groups=["default", "workflow:r1"],
+    bus.hello("host", identity=b"host2", sessionId=host_id, token=token, groups=["default", "workflow:r1"],
               homeGroup="default")
     assert queue(bus, b"host2", "workflow:r1/s-plan", "after")["position"] == 41
     for n in range(9):
@@ -107,9 +108,10 @@ def test_settled_entries_are_not_reported_again_when_the_run_ends_even_after_a_r
     queue(bus, b"host", "workflow:r1/plan", "stranded", msg_id="m1")
     bus.workflow(b"host", "stage_state", runId="r1", stage="plan", state="failed")
     bus.commit()
-    host_id = bus.engine.registry.by_identity[b"host"].id
+    host = bus.engine.registry.by_identity[b"host"]
+    host_id, token = host.id, host.token
     bus.restart()
-    bus.hello("host", identity=b"host2", sessionId=host_id, groups=["default", "workflow:r1"],
+    bus.hello("host", identity=b"host2", sessionId=host_id, token=token, groups=["default", "workflow:r1"],
               homeGroup="default")
     (run,) = bus.call(b"host2", "list")["workflows"]
     plan = next(r for r in run["stages"] if r["name"] == "plan")
