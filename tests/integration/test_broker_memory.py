@@ -1,9 +1,9 @@
 """What refused requests cost the broker process: nothing that outlives the answer.
 
-A raw DEALER opens session after session on one connection (each hello is answered
-after the previous session's ``bye`` was handled, so every session has left when the
-next one opens), and each sends one refused request carrying a big field. The
-broker's VmRSS is read from /proc before and after.
+Raw DEALERs open session after session, one connection each, as client processes
+do (one connection saying hello again and again is churn, which the broker bounds);
+each session sends one refused request carrying a big field and leaves before the
+next one opens. The broker's VmRSS is read from /proc before and after.
 """
 
 from __future__ import annotations
@@ -39,28 +39,28 @@ def ask(sock: zmq.Socket, kind: str, **fields) -> dict:
                 return env
 
 
-def refused_supervisor_asks(sock: zmq.Socket, count: int) -> None:
+def refused_supervisor_asks(endpoint: str, count: int) -> None:
     """``count`` sessions come and go, each refused one supervisor ask with a big field:
     half an undeclared field, half the message (none of them has a parent)."""
     for n in range(count):
-        assert ask(sock, "hello", name=f"child{n}")["ok"] is True
-        big = {"message": "?", "junk": FIELD} if n % 2 else {"message": FIELD}
-        answer = ask(sock, "supervisor", **big)
-        assert answer["code"] == "not_supervisor", answer
-        sock.send(msgpack.packb({"v": PROTOCOL_VERSION, "k": "bye"}, use_bin_type=True))
-    # Answered after the last bye was handled.
-    assert ask(sock, "probe")["code"] == "unknown_kind"
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(endpoint)
+        try:
+            assert ask(sock, "hello", name=f"child{n}")["ok"] is True
+            big = {"message": "?", "junk": FIELD} if n % 2 else {"message": FIELD}
+            answer = ask(sock, "supervisor", **big)
+            assert answer["code"] == "not_supervisor", answer
+            sock.send(msgpack.packb({"v": PROTOCOL_VERSION, "k": "bye"}, use_bin_type=True))
+            # Answered after the bye was handled: the session has left.
+            assert ask(sock, "probe")["code"] == "unknown_kind"
+        finally:
+            sock.close()
 
 
 def test_refused_supervisor_asks_with_big_fields_leave_the_broker_memory_flat(broker):
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.linger = 0
-    sock.connect(broker.endpoint)
-    try:
-        refused_supervisor_asks(sock, 20)          # first-use costs, before the baseline
-        before = vm_rss_mib(broker.pid)
-        refused_supervisor_asks(sock, 200)         # 50 MB sent
-        grown = vm_rss_mib(broker.pid) - before
-    finally:
-        sock.close()
+    refused_supervisor_asks(broker.endpoint, 20)          # first-use costs, before the baseline
+    before = vm_rss_mib(broker.pid)
+    refused_supervisor_asks(broker.endpoint, 200)         # 50 MB sent
+    grown = vm_rss_mib(broker.pid) - before
     assert grown < 20, f"the broker grew {grown:.1f} MiB for 200 refused requests of 250 KB"

@@ -12,6 +12,7 @@ before the probe's answer belongs to the frame under test, and nothing after it 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import msgpack
@@ -75,6 +76,16 @@ class Peer:
                     assert reply.get("code") == "unknown_kind", reply
                     return answered
                 answered.append(reply)
+
+    def answer_to(self, frames: list[bytes], msg_id: str, timeout: float = 10.0) -> dict:
+        """Send ``frames`` and wait for the answer to request ``msg_id``, however late
+        (a durable request is answered after its commit)."""
+        self.sock.send_multipart(frames)
+        deadline = time.monotonic() + timeout
+        while True:
+            for reply in self.recv_envelopes(max(0.01, deadline - time.monotonic())):
+                if isinstance(reply, dict) and reply.get("re") == msg_id:
+                    return reply
 
     def hello(self, name: str, group: str) -> dict:
         (welcome,) = self.exchange([pack(env("hello", id=str(uuid.uuid4()), name=name, group=group))])
@@ -212,8 +223,8 @@ def test_a_link_hello_then_an_envelope_whose_kind_is_not_a_string_is_refused_qui
 def test_workflow_stage_state_that_is_not_a_string_is_refused_as_invalid_params(shared_broker, watcher, peer):
     peer.hello("host", unique())
     run_id = unique("run")
-    (registered,) = peer.exchange([pack(env("workflow", id="w1", op="register_run", runId=run_id,
-                                            stages=[{"name": "build"}]))])
+    registered = peer.answer_to([pack(env("workflow", id="w1", op="register_run", runId=run_id,
+                                          stages=[{"name": "build"}]))], "w1")
     assert registered["ok"] is True, registered
     replies = peer.exchange([pack(env("workflow", id="w2", op="stage_state", runId=run_id,
                                       stage="build", state=["RUNNING"]))])

@@ -232,13 +232,19 @@ def test_a_lock_while_serving_refuses_durable_sends_fast_and_the_broker_recovers
         serving, tmp):
     connect, broker = serving["connect"], serving["broker"]
     holder = Holder(broker.db)
+    host = connect("host")
+    run = new_run_id()
+    granted(ok(host.register_run(run, STAGES)))
     try:
         holder.hold()
-        # Sessions connect and a run is registered while the file is locked: what they
-        # write nobody waits for, so it is kept for later, not lost.
-        host = connect("host")
-        run = new_run_id()
-        granted(ok(host.register_run(run, STAGES)))
+        # A run is durable before register_run is answered: under the lock it is refused
+        # at once, nothing of it kept.
+        other = new_run_id()
+        refused, seconds = timed(lambda: host.register_run(other, STAGES))
+        assert_refused(refused, "store_unavailable")
+        assert seconds < FAST_ANSWER_S, seconds
+        # Sessions connect while the file is locked: what they write nobody waits
+        # for, so it is kept for later, not lost.
         alice, bob = connect("alice"), connect("bob")
 
         refused, seconds = timed(lambda: send(host, path(run, "plan"), "while locked"))
@@ -268,4 +274,4 @@ def test_a_lock_while_serving_refuses_durable_sends_fast_and_the_broker_recovers
     while not host.intercom(action="list").get("ok"):   # the host says hello again
         assert time.monotonic() < deadline, "the host never came back"
     plan = stage_row(run_row(host, run), "plan")
-    assert plan["queued"] == 1, plan   # the run registered under the lock, and one entry
+    assert plan["queued"] == 1, plan   # the run, and the one entry kept after the lock
