@@ -115,6 +115,14 @@ def relay(session_id: str, env: dict[str, Any]) -> dict[str, Any]:
     return {"v": _V, "k": "relay", "to": session_id, "env": env}
 
 
+def link_list(session_id: str, token: str, runs: list[str]) -> dict[str, Any]:
+    return {"v": _V, "k": "link_list", "from": session_id, "token": token, "runs": runs}
+
+
+def link_listed(session_id: str, token: str, rows: list[dict]) -> dict[str, Any]:
+    return {"v": _V, "k": "link_listed", "to": session_id, "token": token, "rows": rows}
+
+
 def link_jobs(jobs: list[dict]) -> dict[str, Any]:
     return {"v": _V, "k": "link_jobs", "jobs": jobs}
 

@@ -315,6 +315,19 @@ LINK_KINDS: tuple[Kind, ...] = (
         _f("to", str, "the session's id", required=True),
         _f("env", dict, "the envelope", required=True),
     )),
+    Kind("link_list", LINK, "The run rows of a ``list`` of one of the sender's sessions, "
+         "for runs the receiving broker owns: answered with ``link_listed``.", (
+        _f("from", str, "the listing session's id", required=True),
+        _f("token", str, "the sender's handle of that list", required=True, max_len=ID_MAX),
+        _f("runs", list, "run ids: those of the session's invocation groups the receiver "
+           "owns", required=True, max_len=None),
+    )),
+    Kind("link_listed", LINK, "The answer to ``link_list``: the rows of those runs that the "
+         "session controls (as ``list`` shows them on the owner).", (
+        _f("to", str, "the listing session's id", required=True),
+        _f("token", str, "the handle ``link_list`` named", required=True, max_len=ID_MAX),
+        _f("rows", list, "run rows (``workflows`` items)", required=True, max_len=None),
+    )),
     Kind("link_jobs", LINK, "Committed invoke jobs for conversations whose session is held "
          "by the receiving broker: it hands them over now (the sender forgot them).", (
         _f("jobs", list, "jobs: id, agent, channel, fromChannel, reason, createdAt, request",

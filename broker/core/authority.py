@@ -23,17 +23,27 @@ from typing import Iterable
 from schemas.errors import BusError
 from schemas.names import run_group, run_of_group
 
-from .paths import WorkflowPath
+from .paths import WorkflowPath, path_run
 from .runs import Run
 from .sessions import Session
 from .state import State
 
 
 def controls(session: Session, run: Run) -> bool:
-    if run.group not in session.groups:
-        return False
-    own = session.binding
-    return own is None or (own.run_id == run.run_id and session.home_group == run.group)
+    return run.group in session.groups and may_control(session, run.run_id, run.group)
+
+
+def may_control(session: Session, run_id: str, group: str) -> bool:
+    """Whether ``session``, as a member of ``group`` (run ``run_id``'s invocation
+    group), controls that run: anyone but a stage, and a stage only its own run from
+    its home in that group. A mirror's stage (bound on its own broker) counts as one."""
+    if session.binding is not None:
+        own_run = session.binding.run_id
+    elif session.mirrored_stage is not None:
+        own_run = path_run(session.mirrored_stage)
+    else:
+        return True
+    return own_run == run_id and session.home_group == group
 
 
 def _subgroup_runs(state: State, groups: Iterable[str]) -> list[Run]:

@@ -22,7 +22,8 @@ Invariants:
   ``unlinked`` (never peers) while their rows are live;
 * ``forwarded`` holds each request of a local session handed to another broker until
   its answer comes back, or its broker is gone (then it fails at once), or the
-  session leaves.
+  session leaves; ``listing`` likewise each ``list`` waiting for other brokers' run
+  rows (:mod:`broker.core.remote_listing`).
 """
 
 from __future__ import annotations
@@ -117,6 +118,10 @@ class Cluster:
     # Subagents of other brokers' dormant runs (run id -> their records), so a send to
     # one by name is forwarded to the broker that holds it.
     foreign_subagents: dict[str, list] = field(default_factory=dict)
+    # Lists of local sessions waiting for the rows of runs other brokers own:
+    # session id -> token -> remote_listing.WaitingList.
+    listing: dict[str, dict[str, Any]] = field(default_factory=dict)
+    list_seq: int = 0
 
     @property
     def others(self) -> bool:
@@ -128,6 +133,7 @@ class Cluster:
         forwarded requests are dropped (nobody is left to answer)."""
         if session.broker is None:
             self.forwarded.pop(session.id, None)
+            self.listing.pop(session.id, None)
             return
         self.remote.pop(session.id, None)
         self.set_hosted(session.id, ())

@@ -36,7 +36,8 @@ from schemas.errors import BusError
 from schemas.limits import LEASE_S
 from schemas.names import FAILED, QUEUED, STARTED
 
-from . import asking, backlog, connect, departures, hosting, invoking, links, ownership, stages
+from . import (asking, backlog, connect, departures, hosting, invoking, links, ownership,
+               remote_listing, stages)
 from .agents import Conversation
 from .commands import Answer, Command
 from .invocations import RESTARTED, RESTARTED_TEXT, Job
@@ -244,6 +245,8 @@ class Engine:
         invoking.recheck(state, now)
         if state.cluster.others:
             links.tick(state, now)
+        if state.cluster.listing:
+            remote_listing.expire(state, now)
         return self._flush()
 
     def persisted(self, ticket: int, now: float, wall: float | None = None) -> list[Command]:
@@ -281,11 +284,12 @@ class Engine:
 
     def next_deadline(self) -> float:
         """When :meth:`tick` next has work: the liveness sweep, an ask's deadline, an
-        invoke destination's recheck, or now while departures are still being told."""
+        invoke destination's recheck, a list waiting for another broker, or now while departures are still being told."""
         if self.state.departures:
             return 0.0
         deadline = self._next_sweep_at
-        for at in (self.state.asks.next_deadline(), self.state.invocations.next_deadline()):
+        for at in (self.state.asks.next_deadline(), self.state.invocations.next_deadline(),
+                   remote_listing.next_deadline(self.state)):
             if at is not None and at < deadline:
                 deadline = at
         return deadline

@@ -25,6 +25,9 @@ here hear ``session_left``), and requests waiting on it fail with
 again is asked (``link_reset``) to say ``link`` again, and is then a peer like any
 other.
 
+A ``list`` of a session here that is a member of another broker's run asks that
+broker for the run's rows (``link_list``, :mod:`broker.core.remote_listing`).
+
 Outbound, :func:`route` is the last pass over the commands: an envelope for a
 mirror is relayed to its broker (``relay``), except presence events, which every
 broker computes for its own sessions. A relayed ``output`` (a respond to a channel
@@ -42,7 +45,7 @@ from schemas.errors import BusError
 from schemas.limits import HEARTBEAT_S
 from schemas.names import PRESENCE_EVENTS
 
-from . import conversation_mirrors, forwarding, invoking, mirrors, ownership, respond
+from . import conversation_mirrors, forwarding, invoking, mirrors, ownership, remote_listing, respond
 from .cluster import Peer, link_row, mirror_of
 from .commands import LinkClose, LinkOpen, LinkSend, Send
 from .connect import disconnect
@@ -312,6 +315,8 @@ _LINK_HANDLERS = {
     "forward": _forward,
     "relay": _relay,
     "link_jobs": _jobs,
+    "link_list": remote_listing.query,
+    "link_listed": remote_listing.listed,
     "link_hb": _heartbeat,
     "link_reset": _reset,
     "link_bye": _bye,
@@ -369,6 +374,7 @@ def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False)
             disconnect(state, mirror, "broker gone", now)
     for identity, request in forwarding.broker_gone(state, peer):
         handle(state, identity, request, now)     # it waits for the run's adoption
+    remote_listing.broker_gone(state, peer)
     if not keep:
         if peer.identity is not None:
             cluster.by_link.pop(peer.identity, None)

@@ -15,6 +15,7 @@ from schemas.groups import clean_group
 
 from .authority import check_join, peek, visible_to
 from .presence import membership_changed
+from .remote_listing import wait_for_owners
 from .run_listing import run_rows
 from .sessions import Session
 from .state import State
@@ -32,6 +33,8 @@ def list_sessions(state: State, session: Session, params: dict, re: str, now: fl
     if group is not None:
         result["group"] = group
     result.update(run_rows(state, session))
+    if state.cluster.others and wait_for_owners(state, session, re, result, now):
+        return None              # answered with the rows of runs other brokers own
     return result
 
 

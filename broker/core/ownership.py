@@ -45,7 +45,7 @@ from schemas.errors import BusError
 
 from .cluster import Peer
 from .commands import AdoptRuns
-from .paths import parse_path
+from .paths import parse_path, path_run  # noqa: F401  (path_run: callers name it here)
 from .records import RunSaved, Snapshot, StickyDelivery
 from .runs import Run, Subagent
 from .state import State
@@ -173,14 +173,6 @@ def peer_gone(state: State, peer: Peer, now: float) -> None:
     hosts = {run_id: state.cluster.run_hosts.get(run_id) for run_id in runs}
     # A host's id, not its mirror's: the same id once the client is on this broker.
     state.cluster.orphans[peer.broker_id] = Orphans(now + ADOPT_GRACE_S, hosts)
-
-
-def path_run(text: object) -> str | None:
-    """The run id of a ``workflow:`` path; None for anything else."""
-    try:
-        return parse_path(text).run_id if text.__class__ is str else None
-    except BusError:
-        return None
 
 
 class Parked(Exception):

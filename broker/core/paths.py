@@ -84,6 +84,14 @@ def looks_like_path(text: str) -> bool:
     return isinstance(text, str) and text.startswith(PREFIX)
 
 
+def path_run(text: object) -> str | None:
+    """The run id of a ``workflow:`` path; None for anything else."""
+    try:
+        return parse_path(text).run_id if text.__class__ is str else None
+    except BusError:
+        return None
+
+
 def parse_path(text: str, *, allow_run_only: bool = False) -> WorkflowPath:
     """Parse ``workflow:<runId>/<segment>...``; raise BusError("invalid_path") if malformed.
 

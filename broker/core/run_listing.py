@@ -1,5 +1,12 @@
 """How workflow runs appear in ``list``: stages with labels, queued counts, delivery
-states per sticky entry, and future targets.
+states per sticky entry, future targets, and delivery evidence per target.
+
+Every retained entry counts in exactly one of ``future`` (its queue key is not a
+known agent stage: a pattern, a shared name, a path outside the known set) or
+``delivery`` (its key is a known stage's canonical path: an exact target, also one
+that was future until its stage was declared). A ``delivery`` row is evidence of what
+happened to that target's entries at its stage, never a sign the stage is live or
+still to come.
 
 Read-only: nothing here changes state. A session sees the runs it controls
 (:func:`~broker.core.authority.controlled_runs`).
@@ -33,14 +40,14 @@ def run_rows(state: State, session: Session) -> dict[str, Any]:
 
 def run_row(state: State, run: Run) -> dict[str, Any]:
     stages = []
-    known_targets = set()
+    known: dict[str, tuple] = {}       # canonical path -> (node, unavailable)
     for node in run.nodes():
         if not node.is_agent:
             continue
         entries = state.sticky.matching(run.run_id, node)
         unavailable = not deliverable(node)
         states = [{"messageId": e.message_id, "target": str(e.target),
-                   "state": delivery_state(e, node, unavailable=unavailable, dormant=run.dormant)}
+                   "state": delivery_state(e, node, unavailable=unavailable)}
                   for e in entries]
         label = node.state
         if label == RUNNING and run.dormant and node.session_id is None:
@@ -54,13 +61,20 @@ def run_row(state: State, run: Run) -> dict[str, Any]:
         else:
             row["target"] = run.canonical(node)
         stages.append(row)
-        known_targets.add(run.canonical(node))
+        known[run.canonical(node)] = (node, unavailable)
     future: dict[str, int] = {}
+    delivery: dict[str, list] = {}
     for entry in state.sticky.entries(run.run_id):
         # Keyed as it counts: a known stage's id (or mixed) spelling is that stage.
         target = queue_key(run, entry.target)
-        if target not in known_targets:
+        stage = known.get(target)
+        if stage is None:
             future[target] = future.get(target, 0) + 1
+        else:
+            delivery.setdefault(target, []).append(
+                {"stage": target, "messageId": entry.message_id,
+                 "state": delivery_state(entry, stage[0], unavailable=stage[1])})
     return {"runId": run.run_id, "group": run.group, "dormant": run.dormant,
             "host": run.host_id, "stages": stages,
-            "future": [{"target": t, "queued": n} for t, n in future.items()]}
+            "future": [{"target": t, "queued": n} for t, n in future.items()],
+            "delivery": [{"target": t, "deliveryStates": s} for t, s in delivery.items()]}

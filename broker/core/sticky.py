@@ -231,8 +231,12 @@ class StickyQueues:
         return [e for e in self.entries(run_id) if e.matches(node)]
 
 
-def delivery_state(entry: Entry, node: Node, *, unavailable: bool, dormant: bool) -> str:
-    """What one entry's delivery to one stage looks like now."""
+def delivery_state(entry: Entry, node: Node, *, unavailable: bool) -> str:
+    """What one entry's delivery to one stage looks like now.
+
+    A dormant run's entries are ``queued``: they are handed over once the run is
+    resumed. ``root-unresolved`` is not a state of an entry: it marks a run whose
+    owning broker cannot be asked, in the list of another broker."""
     mine = {t: s for (key, t), s in entry.deliveries.items() if key == node.key()}
     current = mine.get(node.transcript) if node.transcript else None
     if current == ACKED:
@@ -245,8 +249,6 @@ def delivery_state(entry: Entry, node: Node, *, unavailable: bool, dormant: bool
         return "session-replaced"
     if unavailable:
         return "delivery-unavailable"
-    if dormant:
-        return "root-unresolved"
     return "queued"
 
 

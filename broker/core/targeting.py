@@ -9,11 +9,12 @@ Order (first form that finds anything wins):
 
 Only sessions the caller can see are ever candidates, so an ambiguity report never
 names a session the caller could not reach. The one exception is the caller's
-supervisor (the session that launched it, recorded by the broker at connect): an
-isolated child selects it by 8-hex prefix as by full id, across groups, and learns
-nothing else; ordinary delivery to it still needs a shared group (the cross-group
-path is ``contact_supervisor``), so both spellings get the same refusal. A full id of
-an existing session the caller cannot see is refused as another group's session;
+supervisor (the session that launched it with a child grant, recorded by the broker
+at connect): an isolated child reaches it by full id or unique 8-hex prefix, across
+groups, for ``send`` and ``ask`` alike, as the relationship its launcher authorized.
+That opens nothing else: not the supervisor's name (names resolve among visible
+sessions only), not its groups' other members, not the reverse direction. A full id
+of an existing session the caller cannot see is refused as another group's session;
 anything else that resembles a truncated id is rejected rather than guessed. A prefix
 shared by the caller and another session is not unique: it is reported as ambiguous.
 """
@@ -70,7 +71,7 @@ def resolve_session(state: State, caller: Session, to: str) -> Session:
 def _reachable(state: State, caller: Session, target: Session) -> Session:
     if target is caller:
         raise BusError("self_target")
-    if not visible(state, caller, target):
+    if not visible(state, caller, target) and target.id != caller.parent_id:
         raise BusError("different_group")
     return target
 
@@ -80,8 +81,7 @@ def _pick(state: State, caller: Session, to: str, ids, *, with_self: bool = Fals
     """One reachable candidate, self_target, ambiguity, or None when none is reachable.
 
     ``with_self``: the caller counts as a candidate (a prefix it shares is not unique).
-    ``with_supervisor``: the caller's supervisor is a candidate whatever its groups,
-    and refused as in another group if it is.
+    ``with_supervisor``: the caller's supervisor is a candidate whatever its groups.
     """
     registry = state.registry
     if len(ids) == 1:

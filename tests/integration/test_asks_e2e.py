@@ -144,10 +144,30 @@ def test_mutual_asks_both_complete(connect):
     assert results["bob"]["message"] == "answer to from bob"
 
 
+def test_an_isolated_child_sends_to_and_asks_its_supervisor_by_8_hex_prefix(connect):
+    parent = connect("parent", group="team")
+    bystander = connect("bystander", group="team")
+    child = connect("child", group="isolated", parent=parent.id, grant=parent.grant_child()["grant"])
+    sent = child.intercom(action="send", to=parent.id[:8], message="progress")
+    assert (sent["ok"], sent.get("delivered"), sent.get("to")) == (True, True, parent.id), sent
+    assert parent.receive(timeout=10)["message"] == "progress"
+    outcome = {}
+    waiter = threading.Thread(target=lambda: outcome.update(
+        child.intercom(action="ask", to=parent.id[:8], message="which branch?")))
+    waiter.start()
+    msg = parent.receive(timeout=10)
+    assert msg["expectsReply"] and msg["message"] == "which branch?", msg
+    assert parent.intercom(action="reply", message="main")["ok"]
+    waiter.join(10)
+    assert (outcome.get("ok"), outcome.get("message")) == (True, "main"), outcome
+    # The relationship opens nothing else: the supervisor's group stays closed.
+    assert child.intercom(action="send", to=bystander.id, message="x")["code"] == "different_group"
+    assert child.intercom(action="send", to=bystander.id[:8], message="x")["code"] == "target_not_found"
+
+
 def test_child_contacts_supervisor_across_groups(connect):
     parent = connect("parent", group="team")
     child = connect("child", group="isolated", parent=parent.id, grant=parent.grant_child()["grant"])
-    assert child.intercom(action="send", to=parent.id, message="x")["code"] == "different_group"
     outcome = {}
     waiter = threading.Thread(target=lambda: outcome.update(r=child.contact_supervisor(message="which?")))
     waiter.start()

@@ -210,3 +210,30 @@ def test_a_send_from_another_broker_to_a_dormant_runs_subagent_is_held_by_the_ru
     got = [m["message"] for m in take(helper, 2)]
     assert got == ["while you were away", "from the other broker"]
     assert helper.receive(timeout=1) is None
+
+
+def test_a_member_on_another_broker_lists_the_run_as_its_own_broker_does(two):
+    host, bob, run = linked_run(two)
+    carol = two.connect(0, "carol", group=f"workflow:{run}")   # the same kind of session, on A
+    queue(bob, path(run, "plan"), "sticky")
+    queue(bob, path(run, "later"), "not declared yet")
+
+    here, there = run_row(bob, run), run_row(carol, run)
+
+    assert here == there
+    plan = [s for s in here["stages"] if s["name"] == "plan"]
+    assert [(s["label"], s["queued"]) for s in plan] == [("PENDING", 2)], here  # probe + sticky
+    assert here["future"] == [{"target": path(run, "later"), "queued": 1}], here
+    assert [s["state"] for s in here["delivery"][0]["deliveryStates"]] == ["queued", "queued"]
+
+
+def test_a_list_on_another_broker_is_answered_with_a_marker_when_the_runs_broker_dies(two):
+    host, bob, run = linked_run(two)
+    owner = broker_id(host)
+    two.brokers[0].kill()
+
+    row = run_row(bob, run)          # answered, not waiting for the dead broker
+
+    assert row["state"] == "root-unresolved", row
+    assert row["diagnostic"].startswith(f"run {run}: broker {owner} "), row
+    assert row["owner"] == owner, row

@@ -20,6 +20,7 @@ from tests.integration.workflow_helpers import (
     assert_nothing_queued_for,
     assert_refused,
     events_now,
+    granted,
     host_run,
     ok,
     path,
@@ -128,6 +129,26 @@ def test_queued_send_answer_carries_its_message_id(connect):
     plan = start_stage(connect, run, "plan")
     (msg,) = take(plan, 1)
     assert msg["id"] == answer["messageId"], (msg, answer)
+
+
+def test_an_exact_target_materialized_later_keeps_its_evidence_in_a_delivery_row(connect):
+    host, run = host_run(connect, [{"name": "review"}])
+    early, _ = send_for_id(host, path(run, "review", "deep"), "before deep existed")
+    row = run_row(host, run)
+    assert row["future"] == [{"target": path(run, "review", "deep"), "queued": 1}], row
+    assert row["delivery"] == [], row
+
+    granted(ok(host.add_stages(run, [{"name": "deep"}], parent="review")))
+    row = run_row(host, run)
+    assert row["future"] == [], row                  # materialized: no longer a future target
+    assert row["delivery"] == [{"target": path(run, "review", "deep"), "deliveryStates": [
+        {"stage": path(run, "review", "deep"), "messageId": early, "state": "queued"}]}], row
+
+    deep = start_stage(connect, run, "review/deep")
+    assert [m["message"] for m in take(deep, 1)] == ["before deep existed"]
+    sync(deep)                                       # its receipt is handled
+    (evidence,) = run_row(host, run)["delivery"]
+    assert [(s["messageId"], s["state"]) for s in evidence["deliveryStates"]] == [(early, "delivered")]
 
 
 # -- 2. a starting stage gets its queued entries first ------------------------------------------

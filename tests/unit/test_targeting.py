@@ -136,11 +136,59 @@ def test_a_prefix_shared_with_the_caller_is_ambiguous_not_the_other_session():
     assert "alice" in result["error"] and "bob" in result["error"]
 
 
-def test_a_child_selects_its_supervisor_by_prefix_as_by_full_id():
+def supervised(**child_fields):
+    """A parent in "team", a bystander there too, and the parent's child isolated in
+    "isolated" (launched with the parent's child grant)."""
     bus = Bus()
     parent = bus.hello("parent", group="team")["sessionId"]
-    bus.hello("child", group="isolated", parent=parent)
-    by_id = bus.call(b"child", "send", to=parent, message="x")
-    by_prefix = bus.call(b"child", "send", to=parent[:8], message="x")
-    assert by_id["code"] == by_prefix["code"] == "different_group"
+    bus.hello("bystander", group="team")
+    bus.hello("child", group="isolated", parent=parent, **child_fields)
+    return bus, parent
+
+
+def test_an_isolated_child_sends_to_its_supervisor_by_8_hex_prefix_and_by_full_id():
+    bus, parent = supervised()
+    for to in (parent[:8], parent[:8].upper(), parent):
+        sent = bus.call(b"child", "send", to=to, message=f"to {to}")
+        assert (sent["delivered"], sent["to"]) == (True, parent), sent
+        assert [m["message"] for m in bus.sends(b"parent", "msg")] == [f"to {to}"]
+
+
+def test_an_isolated_child_asks_its_supervisor_by_prefix_and_gets_the_reply():
+    bus, parent = supervised()
+    bus.feed(b"child", {"v": 1, "k": "call", "id": "q1", "action": "ask", "to": parent[:8],
+                        "message": "which branch?"})
+    (msg,) = bus.sends(b"parent", "msg")
+    assert (msg["id"], msg["expectsReply"]) == ("q1", True)
+    bus.feed(b"parent", {"v": 1, "k": "call", "id": "r1", "action": "reply", "replyTo": "q1",
+                         "message": "main"})
+    answer = [c.env for c in bus.last if getattr(c, "identity", None) == b"child"
+              and c.env.get("re") == "q1"]
+    assert [(a["ok"], a["message"]) for a in answer] == [(True, "main")]
+
+
+def test_selecting_its_supervisor_opens_no_other_session_to_an_isolated_child():
+    bus, parent = supervised()
+    bystander = bus.engine.registry.by_identity[b"bystander"].id
+    assert bus.call(b"child", "send", to=bystander, message="x")["code"] == "different_group"
+    assert bus.call(b"child", "send", to=bystander[:8], message="x")["code"] == "target_not_found"
     assert bus.call(b"child", "send", to="parent", message="x")["code"] == "target_not_found"
+    assert bus.call(b"child", "list")["sessions"] == []
+    child = bus.engine.registry.by_identity[b"child"].id
+    # Not the reverse either: the parent reaches its child only through a shared group.
+    assert bus.call(b"parent", "send", to=child[:8], message="x")["code"] == "target_not_found"
+    assert bus.call(b"parent", "send", to=child, message="x")["code"] == "different_group"
+
+
+def test_a_prefix_the_supervisor_shares_with_a_visible_session_is_ambiguous():
+    bus = Bus()
+    bus.engine.state.new_id = iter([uuid_from(0xA0000001), uuid_from(0xA0000002),
+                                    "a0000001-0000-4000-8000-00000000beef"]).__next__
+    parent = bus.hello("parent", group="team")["sessionId"]
+    bus.hello("child", group="isolated", parent=parent)
+    bus.hello("twin", group="isolated")
+    result = bus.call(b"child", "send", to=parent[:8], message="x")
+    assert result["code"] == "ambiguous_target"
+    assert "parent" in result["error"] and "twin" in result["error"]
+
+
