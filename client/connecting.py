@@ -10,7 +10,7 @@ from typing import Callable
 
 from schemas.config import Config, load_config
 from schemas.errors import error_text
-from schemas.limits import CALL_TIMEOUT_S
+from schemas.limits import CALL_TIMEOUT_S, MAX_CWD_CHARS
 from schemas.paths import router_endpoint
 from schemas.protocol import SESSION_KINDS
 
@@ -33,6 +33,24 @@ def endpoint_list(endpoint: str | list[str] | tuple[str, ...]) -> list[str]:
     return endpoints
 
 
+def working_directory(cwd: str | os.PathLike | None = None) -> str | None:
+    """What a session says its working directory is: ``cwd``, else this process's;
+    None when there is none to say (deleted, or past the hello's bound). Bytes that
+    are not UTF-8 are replaced, so the hello can always be encoded."""
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:           # the directory was removed under the process
+            return None
+    cwd = os.fspath(cwd)
+    try:
+        raw = cwd.encode("utf-8", "surrogateescape")   # undecodable bytes of a path
+    except UnicodeEncodeError:
+        raw = cwd.encode("utf-8", "surrogatepass")     # any other lone surrogate
+    cwd = raw.decode("utf-8", "replace")
+    return cwd if len(cwd) <= MAX_CWD_CHARS else None
+
+
 class Client:
     """Entry point: ``Client.connect(name=...)`` returns a connected :class:`Session`."""
 
@@ -51,7 +69,7 @@ class Client:
                 curve_server_key: str | None = None, curve_public_key: str | None = None,
                 curve_secret_key: str | None = None,
                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
-                persistent: bool = True) -> Session:
+                persistent: bool = True, cwd: str | os.PathLike | None = None) -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``endpoint`` is one broker's ROUTER endpoint or several (a list, or text with
@@ -81,6 +99,9 @@ class Client:
         channel id (``discord:...``, ``remote:...``; default ``internal:<session id>``),
         ``persistent`` whether the broker keeps its record after it leaves (see
         :meth:`Session.respond`, :meth:`Session.invoke`).
+
+        ``cwd`` is the working directory other sessions see in this one's ``list`` row
+        (default: this process's, ``os.getcwd()``).
         """
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
@@ -119,7 +140,7 @@ class Client:
                           confirm=confirm, grant=grant, token=token,
                           history=History(history, history_file), curve=curve,
                           inbox_limit_bytes=inbox_limit_bytes, channel=channel,
-                          persistent=persistent)
+                          persistent=persistent, cwd=working_directory(cwd))
         session._wait_welcome(timeout)
         return session
 

@@ -69,8 +69,9 @@ class Session(ConversationMethods, HostingMethods):
                  token: str | None = None, history: History | None = None,
                  curve: CurveKeys | None = None,
                  inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
-                 persistent: bool = True) -> None:
+                 persistent: bool = True, cwd: str | None = None) -> None:
         self.name = name
+        self.cwd = cwd                   # shown in list rows (see client.connecting)
         self.endpoint = endpoint if isinstance(endpoint, str) else endpoint[0]
         self.config = config
         self.kind = kind
@@ -129,7 +130,7 @@ class Session(ConversationMethods, HostingMethods):
             "transcript": self._transcript,
             "notifyUndeliverable": self._notify_undeliverable,
             "grant": self._grant,
-            "channel": self._channel, "persistent": self._persistent,
+            "channel": self._channel, "persistent": self._persistent, "cwd": self.cwd,
         }
         if self.id is not None:
             fields.update(sessionId=self.id, token=self.token)
