@@ -36,6 +36,7 @@ from .render import render_body
 from .transport import Transport
 
 _ASK_MARGIN_S = 5.0
+_REPLY_FIELDS = ("from", "fromName", "message", "attachments", "sentAt")   # of an ask's answer
 _SENT_KINDS = frozenset({"call", "supervisor"})
 _SENT_ACTIONS = frozenset({"send", "ask", "reply"})
 # Calls whose ok answer carries the session's memberships after the change.
@@ -281,7 +282,14 @@ class Session(ConversationMethods, HostingMethods):
             else:
                 self._asks_waiting += 1
         try:
-            return self._call(kind, fields, timeout + _ASK_MARGIN_S)
+            result = self._call(kind, fields, timeout + _ASK_MARGIN_S)
+            if result.get("ok") and self._history.enabled:
+                # The reply came as the ask's answer, not through receive(): it is
+                # still a message this session received (replyTo: the ask's id).
+                self._history.record(RECEIVED, messageId=result.get("replyId"),
+                                     expectsReply=False, replyTo=result.get("messageId"),
+                                     **{k: result.get(k) for k in _REPLY_FIELDS})
+            return result
         finally:
             with self._lock:
                 if kind == "supervisor":

@@ -211,3 +211,25 @@ def test_status_with_the_broker_down_answers_at_once_with_the_connection_state(s
     assert status["ok"] is True and status["connected"] is False
     assert status["groups"] == ["default", "ops"] and status["since"] <= time.time()
     session.close()
+
+
+def test_the_reply_an_asker_gets_is_in_its_history_as_received(broker):
+    entries = []
+    with open_session(broker, "asker", history=entries.append) as asker, \
+            open_session(broker, "answerer") as answerer:
+        waiting = []
+        thread = threading.Thread(target=lambda: waiting.append(
+            asker.intercom(action="ask", to="answerer", message="ready?", timeout=10)))
+        thread.start()
+        question = answerer.receive(timeout=10)
+        answerer.intercom(action="reply", message="yes")
+        thread.join(15)
+        assert waiting[0]["ok"], waiting
+    received = [e for e in entries if e["type"] == "intercom_received"]
+    assert len(received) == 1, entries
+    (entry,) = received
+    assert (entry["from"], entry["fromName"], entry["message"], entry["replyTo"]) == \
+        (answerer.id, "answerer", "yes", question["id"])
+    assert entry["messageId"] == waiting[0]["replyId"] and entry["expectsReply"] is False
+    kinds = [e["type"] for e in entries]
+    assert kinds.index("intercom_sent") < kinds.index("intercom_received")   # ask, then its reply
