@@ -33,9 +33,11 @@ from .drafts import Turns
 from .keys import CurveKeys
 from .inbox import DEFAULT_LIMIT_BYTES, Inbox, InboxStatistics, Waitable
 from .render import render_body
+from .status import NOT_ANSWERING, OUT_OF_REACH, STATUS_TIMEOUT_S, local_status
 from .transport import Transport
 
 _ASK_MARGIN_S = 5.0
+_UNANSWERED = frozenset({"broker_unavailable", "inbox_full"})   # a call given up on
 _REPLY_FIELDS = ("from", "fromName", "message", "attachments", "sentAt")   # of an ask's answer
 _SENT_KINDS = frozenset({"call", "supervisor"})
 _SENT_ACTIONS = frozenset({"send", "ask", "reply"})
@@ -227,14 +229,11 @@ class Session(ConversationMethods, HostingMethods):
         if problem:
             return error_reply(problem[0], **problem[1])
         action = params["action"]
-        if action == "status" and not self.connected and not self._closed:
-            # Answer at once: what this side knows while the broker is out of reach.
-            return {"ok": True, "connected": False, "since": self._transport.silent_since(),
-                    "sessionId": self.id, "groups": list(self.groups),
-                    "homeGroup": self.home_group}
         timeout = params.pop("timeout", None) if action == "ask" else None
         if "timeout" in params:
             return error_reply("invalid_params", detail="timeout applies to ask only")
+        if action == "status" and not self._closed:
+            return self._status(params)
         if (self.config.confirmSend and self.confirm is not None and self.kind == "interactive"
                 and action in ("send", "ask") and "replyTo" not in params):
             try:
@@ -248,6 +247,24 @@ class Session(ConversationMethods, HostingMethods):
         if action == "reply" or "replyTo" in params:
             return self._reply(params)
         return self._call("call", params)
+
+    def _status(self, params: dict) -> dict[str, Any]:
+        """The broker's status answer, or this side's within STATUS_TIMEOUT_S (see
+        client.status): never the full call timeout of a broker that just died."""
+        result = None
+        if self.connected:
+            asked = time.monotonic()
+            result = self._call("call", dict(params), STATUS_TIMEOUT_S)
+            if result.get("code") in _UNANSWERED and (self._transport.heard_since(asked)
+                                                      or self._transport.reading_paused):
+                # Alive (it sent this session something meanwhile, or this side stopped
+                # reading), only slow: the full wait.
+                result = self._call("call", params, CALL_TIMEOUT_S - STATUS_TIMEOUT_S)
+            if result.get("code") != "broker_unavailable":
+                return result
+        return local_status(since=self._transport.silent_since(), session_id=self.id,
+                            name=self.name, groups=self.groups, home_group=self.home_group,
+                            detail=NOT_ANSWERING if result else OUT_OF_REACH)
 
     def _reply(self, params: dict) -> dict[str, Any]:
         """A reply. After a broker restart the asker resends its ask a few seconds after

@@ -194,13 +194,20 @@ def test_an_endpoint_that_cannot_be_parsed_fails_at_once():
     assert refused.value.code == "invalid_endpoint" and time.monotonic() - started < 1
 
 
-def test_status_with_the_broker_down_answers_at_once_with_the_connection_state(short_tmp):
-    broker = start_broker(short_tmp)
+def session_of_a_killed_broker(data_dir):
+    """A session in groups default and ops whose broker was just killed with SIGKILL
+    (no goodbye reaches the client)."""
+    broker = start_broker(data_dir)
     try:
         session = open_session(broker, "alone")
         assert session.intercom(action="join", group="ops")["ok"]
     finally:
         broker.kill()
+    return session
+
+
+def test_status_with_the_broker_down_answers_at_once_with_the_connection_state(short_tmp):
+    session = session_of_a_killed_broker(short_tmp)
     deadline = time.monotonic() + 15
     while session.connected:            # the client notices the silence within its liveness
         assert time.monotonic() < deadline
@@ -210,6 +217,18 @@ def test_status_with_the_broker_down_answers_at_once_with_the_connection_state(s
     assert time.monotonic() - started < 0.5
     assert status["ok"] is True and status["connected"] is False
     assert status["groups"] == ["default", "ops"] and status["since"] <= time.time()
+    session.close()
+
+
+def test_status_just_after_the_broker_is_killed_answers_within_a_second(short_tmp):
+    session = session_of_a_killed_broker(short_tmp)
+    assert session.connected            # its liveness check has not noticed yet
+    started = time.monotonic()
+    status = session.intercom(action="status")
+    assert time.monotonic() - started < 2.0
+    assert status["ok"] is True and status["connected"] is False, status
+    assert (status["sessionId"], status["name"]) == (session.id, "alone")
+    assert status["groups"] == ["default", "ops"] and "did not answer" in status["detail"]
     session.close()
 
 
