@@ -51,6 +51,26 @@ def working_directory(cwd: str | os.PathLike | None = None) -> str | None:
     return cwd if len(cwd) <= MAX_CWD_CHARS else None
 
 
+def listening_first(endpoints: list[str], grace_s: float) -> list[str]:
+    """``endpoints`` turned to start with the first one where a broker listens.
+
+    Raises ConnectError: ``unknown_host`` when none listens and a host name among
+    them does not resolve, else ``no_broker``."""
+    nobody = unknown = None
+    for index, one in enumerate(endpoints):
+        lookup = reach.unresolved(one, grace_s)
+        if lookup is not None:
+            unknown = unknown or lookup
+            continue
+        nobody = reach.nobody_listens(one, grace_s)
+        if nobody is None:   # start with the first broker that listens
+            return endpoints[index:] + endpoints[:index]
+    if unknown is not None:
+        raise ConnectError(*unknown)
+    raise ConnectError("no_broker", error_text("no_broker", endpoint=",".join(endpoints),
+                                               detail=nobody))
+
+
 class Client:
     """Entry point: ``Client.connect(name=...)`` returns a connected :class:`Session`."""
 
@@ -123,15 +143,7 @@ class Client:
             unusable = reach.problem(one)
             if unusable is not None:
                 raise ConnectError(*unusable)
-        nobody = None
-        for index, one in enumerate(endpoints):
-            nobody = reach.nobody_listens(one, min(reach.GRACE_S, timeout))
-            if nobody is None:   # start with the first broker that listens
-                endpoints = endpoints[index:] + endpoints[:index]
-                break
-        if nobody is not None:
-            raise ConnectError("no_broker", error_text("no_broker", endpoint=",".join(endpoints),
-                                                       detail=nobody))
+        endpoints = listening_first(endpoints, min(reach.GRACE_S, timeout))
         endpoint = endpoints if len(endpoints) > 1 else endpoints[0]
         session = Session(name=name, endpoint=endpoint, group=group,
                           agent=agent, atomic_session_id=atomic_session_id, kind=kind,

@@ -252,3 +252,19 @@ def test_the_reply_an_asker_gets_is_in_its_history_as_received(broker):
     assert entry["messageId"] == waiting[0]["replyId"] and entry["expectsReply"] is False
     kinds = [e["type"] for e in entries]
     assert kinds.index("intercom_sent") < kinds.index("intercom_received")   # ask, then its reply
+
+
+def test_a_host_that_does_not_resolve_fails_within_about_a_second_naming_it():
+    endpoint = "tcp://no-such-host.invalid:5555"      # .invalid never resolves
+    started = time.monotonic()
+    with pytest.raises(ConnectError) as error:
+        Client.connect(name="lonely", endpoint=endpoint, timeout=15)
+    assert time.monotonic() - started < 2.0
+    assert error.value.code == "unknown_host"
+    assert "'no-such-host.invalid'" in str(error.value) and "does not resolve" in str(error.value)
+
+
+def test_an_unresolvable_host_among_several_endpoints_does_not_stop_the_others(broker):
+    endpoints = ["tcp://no-such-host.invalid:5555", broker.endpoint]
+    with Client.connect(name="failover", endpoint=endpoints, timeout=15) as session:
+        assert session.intercom(action="status")["connected"] is True
