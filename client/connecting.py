@@ -11,10 +11,10 @@ from typing import Callable
 from schemas.config import Config, load_config
 from schemas.errors import error_text
 from schemas.limits import CALL_TIMEOUT_S, MAX_CWD_CHARS
-from schemas.paths import router_endpoint
+from schemas.paths import data_dir, router_endpoint
 from schemas.protocol import SESSION_KINDS
 
-from . import reach
+from . import autostart, reach
 from .history import History
 from .inbox import DEFAULT_LIMIT_BYTES
 from .keys import resolve as resolve_keys
@@ -89,7 +89,8 @@ class Client:
                 curve_server_key: str | None = None, curve_public_key: str | None = None,
                 curve_secret_key: str | None = None,
                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
-                persistent: bool = True, cwd: str | os.PathLike | None = None) -> Session:
+                persistent: bool = True, cwd: str | os.PathLike | None = None,
+                auto_start: bool = True) -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``endpoint`` is one broker's ROUTER endpoint or several (a list, or text with
@@ -120,6 +121,11 @@ class Client:
         ``persistent`` whether the broker keeps its record after it leaves (see
         :meth:`Session.respond`, :meth:`Session.invoke`).
 
+        With no ``endpoint`` and no ``$INTERCOM_ENDPOINT`` (the default endpoint in the
+        data directory), a client that finds no broker starts one (see
+        :mod:`client.autostart`) unless ``auto_start`` is False; an explicit endpoint
+        never starts one, and fails at once with ``no_broker``.
+
         ``cwd`` is the working directory other sessions see in this one's ``list`` row
         (default: this process's, ``os.getcwd()``).
         """
@@ -138,12 +144,19 @@ class Client:
             token = identity.get("reclaimSecret")
             atomic_session_id = atomic_session_id or identity.get("atomicSessionId")
         curve = resolve_keys(curve_server_key, curve_public_key, curve_secret_key)
+        auto = auto_start and endpoint is None and not os.environ.get("INTERCOM_ENDPOINT")
         endpoints = endpoint_list(endpoint or router_endpoint())
         for one in endpoints:
             unusable = reach.problem(one)
             if unusable is not None:
                 raise ConnectError(*unusable)
-        endpoints = listening_first(endpoints, min(reach.GRACE_S, timeout))
+        try:
+            # A broker it would start itself is not waited for: it is started at once.
+            endpoints = listening_first(endpoints, 0.0 if auto else min(reach.GRACE_S, timeout))
+        except ConnectError as exc:
+            if not auto or exc.code != "no_broker":
+                raise
+            autostart.ensure_broker(endpoints[0], data_dir(), config, timeout, config_path)
         endpoint = endpoints if len(endpoints) > 1 else endpoints[0]
         session = Session(name=name, endpoint=endpoint, group=group,
                           agent=agent, atomic_session_id=atomic_session_id, kind=kind,
