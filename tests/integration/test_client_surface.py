@@ -268,3 +268,14 @@ def test_an_unresolvable_host_among_several_endpoints_does_not_stop_the_others(b
     endpoints = ["tcp://no-such-host.invalid:5555", broker.endpoint]
     with Client.connect(name="failover", endpoint=endpoints, timeout=15) as session:
         assert session.intercom(action="status")["connected"] is True
+
+
+def test_list_rows_show_each_sessions_working_directory_with_the_id_first(broker, tmp_path):
+    with open_session(broker, "here") as here, \
+            open_session(broker, "there", cwd=tmp_path / "project") as there:
+        rows = {row["name"]: row for row in here.intercom(action="list")["sessions"]}
+        assert rows["there"]["cwd"] == str(tmp_path / "project")   # the caller's choice
+        mine = there.intercom(action="list")
+        assert mine["sessions"][0]["cwd"] == os.getcwd()          # this process's directory
+        assert mine["self"]["cwd"] == str(tmp_path / "project")
+        assert all(list(row)[0] == "id" for row in mine["sessions"] + [mine["self"]])

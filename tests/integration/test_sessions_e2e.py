@@ -7,7 +7,6 @@ One broker serves the whole module; every test works in groups of its own (see
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -498,13 +497,3 @@ def test_an_oversized_message_is_refused_with_its_own_code_on_both_sides(pair):
     for result in (checked_by_client, checked_by_broker):
         assert_refused(result, "message_too_large")
         assert str(MAX_MESSAGE_CHARS) in result["error"]
-
-
-def test_list_rows_show_each_sessions_working_directory_with_the_id_first(bus, tmp_path):
-    here = bus.connect("here")                              # this process's directory
-    there = bus.connect("there", cwd=tmp_path / "project")  # the caller's choice
-    rows = {row["name"]: row for row in listed(here)["sessions"]}
-    assert rows["there"]["cwd"] == str(tmp_path / "project")
-    mine = listed(there)
-    assert mine["sessions"][0]["cwd"] == os.getcwd() and mine["self"]["cwd"] == str(tmp_path / "project")
-    assert all(list(row)[0] == "id" for row in mine["sessions"] + [mine["self"]])
