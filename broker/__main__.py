@@ -17,6 +17,7 @@ from .core import Limits
 from .logs import configure, get_logger
 from .curve import create_keys
 from .server import Broker, BrokerSettings, StartupError
+from .startup import remove_pid_file, write_pid_file
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,6 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="this broker's lease row in the database, renewed every third of it; "
                         "other brokers on the database count it live until it ends "
                         "(default: --lease-s)")
+    parser.add_argument("--exit-when-idle", type=_positive_float, metavar="SECONDS",
+                        help="stop after SECONDS without a session of its own (how a broker "
+                        "a client started by itself ends; default: serve until stopped)")
+    parser.add_argument("--pid-file", type=Path, metavar="PATH",
+                        help="write this process's pid there once serving; removed at exit")
     limits = parser.add_argument_group("limits", "what one client may make the broker hold "
                                        "(also config fields; see the README's limits table)")
     for bound in BOUNDS:
@@ -140,11 +146,18 @@ def main(argv: list[str] | None = None) -> int:
         insecure=args.insecure,
         data_dir=base,
         broker_lease_s=args.broker_lease_s or args.lease_s,
+        exit_when_idle_s=args.exit_when_idle,
     )
     try:
         broker = Broker(settings)
     except StartupError as exc:
         return refuse(str(exc))
+    if args.pid_file is not None:
+        try:
+            write_pid_file(args.pid_file)
+        except StartupError as exc:
+            broker.close()
+            return refuse(str(exc))
     signal.signal(signal.SIGTERM, lambda *_: broker.stop())
     signal.signal(signal.SIGINT, lambda *_: broker.stop())
     signal.signal(signal.SIGHUP, lambda *_: broker.reload())
@@ -152,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         broker.serve_forever()
     finally:
         broker.close()
+        if args.pid_file is not None:
+            remove_pid_file(args.pid_file)
     log.info("broker_stopped")
     return 0
 

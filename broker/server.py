@@ -30,6 +30,7 @@ from .core import Engine, Limits, Persist, Publish, Send
 from .core.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadJobs
 from .core.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
 from .curve import CurveError, CurveServer
+from .idle import IdleExit
 from .link_sockets import LinkSockets
 from .logs import get_logger
 from .persistence import READ_BROKERS, PersistenceWorker
@@ -83,6 +84,7 @@ class BrokerSettings:
     insecure: bool = False             # allow a non-loopback TCP bind without CURVE
     broker_lease_s: float = LEASE_S    # this broker's lease row; renewed every third of it
     data_dir: Path | None = None       # holds agents/<agent>/config (default: the db's directory)
+    exit_when_idle_s: float | None = None   # stop after this long without a session (broker.idle)
 
     @property
     def agents_dir(self) -> Path:
@@ -197,6 +199,8 @@ class Broker:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         deadline = engine.next_deadline()
+        idle = IdleExit(self.settings.exit_when_idle_s, time.monotonic()) \
+            if self.settings.exit_when_idle_s is not None else None
         worker = self.worker
         by_link = engine.cluster.by_link
         monotonic, wall_clock = time.monotonic, time.time
@@ -262,6 +266,9 @@ class Broker:
                     self.log.error("internal_error", exc_info=exc)
                 engine.internal_errors.clear()
             deadline = min(engine.next_deadline(), self._brokers_due)
+            if idle is not None and idle.due(engine.local_sessions, now):
+                self.log.info("broker_idle_exit", idle_s=idle.after_s)
+                self._stopping = True
         self._execute(engine.stopping(time.monotonic(), time.time()))
         self.log.info("broker_stopping", sessions=len(engine.registry), **self.statistics())
 

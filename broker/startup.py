@@ -139,3 +139,26 @@ def bind(ctx: zmq.Context, endpoint: str, pub_endpoint: str,
     finally:
         os.umask(old_umask)
     return router, pub
+
+
+def write_pid_file(path: Path) -> None:
+    """Say which process serves (for whoever started it detached: see client.autostart).
+    Written once the broker has bound its sockets, so a refused start never overwrites
+    the pid of the broker that serves. Raises StartupError."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StartupError(f"cannot write the pid file {path}: {exc.strerror}") from None
+
+
+def remove_pid_file(path: Path) -> None:
+    """Remove the pid file if it still names this process (a later broker may own it)."""
+    try:
+        if path.read_text().strip() == str(os.getpid()):
+            path.unlink()
+    except (OSError, ValueError):
+        pass

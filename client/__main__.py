@@ -99,7 +99,9 @@ def broker_pub_endpoint(args: argparse.Namespace, curve: CurveKeys | None) -> st
     """Where the broker at ``--endpoint`` (or the default) publishes: its welcome says.
     Prints one line and returns None when no broker answers."""
     try:
-        with Client.connect(name=f"{args.name}-tail", endpoint=args.endpoint, **_keys(curve)) as probe:
+        # No broker started for this: a subscriber is no session, so it would not keep it.
+        with Client.connect(name=f"{args.name}-tail", endpoint=args.endpoint, auto_start=False,
+                            **_keys(curve)) as probe:
             return probe.welcome.get("pubEndpoint") or pub_endpoint()
     except ConnectError as exc:
         print(f"client: {exc}", file=sys.stderr)

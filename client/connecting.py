@@ -10,11 +10,11 @@ from typing import Callable
 
 from schemas.config import Config, load_config
 from schemas.errors import error_text
-from schemas.limits import CALL_TIMEOUT_S
-from schemas.paths import router_endpoint
+from schemas.limits import CALL_TIMEOUT_S, MAX_CWD_CHARS
+from schemas.paths import data_dir, router_endpoint
 from schemas.protocol import SESSION_KINDS
 
-from . import reach
+from . import autostart, reach
 from .history import History
 from .inbox import DEFAULT_LIMIT_BYTES
 from .keys import resolve as resolve_keys
@@ -31,6 +31,44 @@ def endpoint_list(endpoint: str | list[str] | tuple[str, ...]) -> list[str]:
     if not endpoints:
         raise ValueError("endpoint names no broker")
     return endpoints
+
+
+def working_directory(cwd: str | os.PathLike | None = None) -> str | None:
+    """What a session says its working directory is: ``cwd``, else this process's;
+    None when there is none to say (deleted, or past the hello's bound). Bytes that
+    are not UTF-8 are replaced, so the hello can always be encoded."""
+    if cwd is None:
+        try:
+            cwd = os.getcwd()
+        except OSError:           # the directory was removed under the process
+            return None
+    cwd = os.fspath(cwd)
+    try:
+        raw = cwd.encode("utf-8", "surrogateescape")   # undecodable bytes of a path
+    except UnicodeEncodeError:
+        raw = cwd.encode("utf-8", "surrogatepass")     # any other lone surrogate
+    cwd = raw.decode("utf-8", "replace")
+    return cwd if len(cwd) <= MAX_CWD_CHARS else None
+
+
+def listening_first(endpoints: list[str], grace_s: float) -> list[str]:
+    """``endpoints`` turned to start with the first one where a broker listens.
+
+    Raises ConnectError: ``unknown_host`` when none listens and a host name among
+    them does not resolve, else ``no_broker``."""
+    nobody = unknown = None
+    for index, one in enumerate(endpoints):
+        lookup = reach.unresolved(one, grace_s)
+        if lookup is not None:
+            unknown = unknown or lookup
+            continue
+        nobody = reach.nobody_listens(one, grace_s)
+        if nobody is None:   # start with the first broker that listens
+            return endpoints[index:] + endpoints[:index]
+    if unknown is not None:
+        raise ConnectError(*unknown)
+    raise ConnectError("no_broker", error_text("no_broker", endpoint=",".join(endpoints),
+                                               detail=nobody))
 
 
 class Client:
@@ -51,7 +89,8 @@ class Client:
                 curve_server_key: str | None = None, curve_public_key: str | None = None,
                 curve_secret_key: str | None = None,
                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
-                persistent: bool = True) -> Session:
+                persistent: bool = True, cwd: str | os.PathLike | None = None,
+                auto_start: bool = True) -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``endpoint`` is one broker's ROUTER endpoint or several (a list, or text with
@@ -81,6 +120,14 @@ class Client:
         channel id (``discord:...``, ``remote:...``; default ``internal:<session id>``),
         ``persistent`` whether the broker keeps its record after it leaves (see
         :meth:`Session.respond`, :meth:`Session.invoke`).
+
+        With no ``endpoint`` and no ``$INTERCOM_ENDPOINT`` (the default endpoint in the
+        data directory), a client that finds no broker starts one (see
+        :mod:`client.autostart`) unless ``auto_start`` is False; an explicit endpoint
+        never starts one, and fails at once with ``no_broker``.
+
+        ``cwd`` is the working directory other sessions see in this one's ``list`` row
+        (default: this process's, ``os.getcwd()``).
         """
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
@@ -97,20 +144,19 @@ class Client:
             token = identity.get("reclaimSecret")
             atomic_session_id = atomic_session_id or identity.get("atomicSessionId")
         curve = resolve_keys(curve_server_key, curve_public_key, curve_secret_key)
+        auto = auto_start and endpoint is None and not os.environ.get("INTERCOM_ENDPOINT")
         endpoints = endpoint_list(endpoint or router_endpoint())
         for one in endpoints:
             unusable = reach.problem(one)
             if unusable is not None:
                 raise ConnectError(*unusable)
-        nobody = None
-        for index, one in enumerate(endpoints):
-            nobody = reach.nobody_listens(one, min(reach.GRACE_S, timeout))
-            if nobody is None:   # start with the first broker that listens
-                endpoints = endpoints[index:] + endpoints[:index]
-                break
-        if nobody is not None:
-            raise ConnectError("no_broker", error_text("no_broker", endpoint=",".join(endpoints),
-                                                       detail=nobody))
+        try:
+            # A broker it would start itself is not waited for: it is started at once.
+            endpoints = listening_first(endpoints, 0.0 if auto else min(reach.GRACE_S, timeout))
+        except ConnectError as exc:
+            if not auto or exc.code != "no_broker":
+                raise
+            autostart.ensure_broker(endpoints[0], data_dir(), config, timeout, config_path)
         endpoint = endpoints if len(endpoints) > 1 else endpoints[0]
         session = Session(name=name, endpoint=endpoint, group=group,
                           agent=agent, atomic_session_id=atomic_session_id, kind=kind,
@@ -119,7 +165,7 @@ class Client:
                           confirm=confirm, grant=grant, token=token,
                           history=History(history, history_file), curve=curve,
                           inbox_limit_bytes=inbox_limit_bytes, channel=channel,
-                          persistent=persistent)
+                          persistent=persistent, cwd=working_directory(cwd))
         session._wait_welcome(timeout)
         return session
 

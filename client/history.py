@@ -9,7 +9,8 @@ them:
   ``name``, ``atomicSessionId``, ``brokerId`` and ``at``. Pass it back as
   ``Client.connect(identity=entry)`` to reopen the session under the same id.
 * ``intercom_sent``: a send, ask or reply this session made, with its answer.
-* ``intercom_received``: a message this session took with ``receive()``.
+* ``intercom_received``: a message this session took with ``receive()``, and the
+  reply an ask of this session got (``replyTo``: the ask's message id).
 * ``respond``: an output this session posted with ``respond()``: ``content`` is the
   text actually sent (a draft's exact text when sent by reference, with its id in
   ``draft``), ``channel``, ``attachments``, ``final`` and the broker's ``result``.

@@ -33,9 +33,12 @@ from .drafts import Turns
 from .keys import CurveKeys
 from .inbox import DEFAULT_LIMIT_BYTES, Inbox, InboxStatistics, Waitable
 from .render import render_body
+from .status import NOT_ANSWERING, OUT_OF_REACH, STATUS_TIMEOUT_S, local_status
 from .transport import Transport
 
 _ASK_MARGIN_S = 5.0
+_UNANSWERED = frozenset({"broker_unavailable", "inbox_full"})   # a call given up on
+_REPLY_FIELDS = ("from", "fromName", "message", "attachments", "sentAt")   # of an ask's answer
 _SENT_KINDS = frozenset({"call", "supervisor"})
 _SENT_ACTIONS = frozenset({"send", "ask", "reply"})
 # Calls whose ok answer carries the session's memberships after the change.
@@ -69,8 +72,9 @@ class Session(ConversationMethods, HostingMethods):
                  token: str | None = None, history: History | None = None,
                  curve: CurveKeys | None = None,
                  inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
-                 persistent: bool = True) -> None:
+                 persistent: bool = True, cwd: str | None = None) -> None:
         self.name = name
+        self.cwd = cwd                   # shown in list rows (see client.connecting)
         self.endpoint = endpoint if isinstance(endpoint, str) else endpoint[0]
         self.config = config
         self.kind = kind
@@ -129,7 +133,7 @@ class Session(ConversationMethods, HostingMethods):
             "transcript": self._transcript,
             "notifyUndeliverable": self._notify_undeliverable,
             "grant": self._grant,
-            "channel": self._channel, "persistent": self._persistent,
+            "channel": self._channel, "persistent": self._persistent, "cwd": self.cwd,
         }
         if self.id is not None:
             fields.update(sessionId=self.id, token=self.token)
@@ -225,14 +229,11 @@ class Session(ConversationMethods, HostingMethods):
         if problem:
             return error_reply(problem[0], **problem[1])
         action = params["action"]
-        if action == "status" and not self.connected and not self._closed:
-            # Answer at once: what this side knows while the broker is out of reach.
-            return {"ok": True, "connected": False, "since": self._transport.silent_since(),
-                    "sessionId": self.id, "groups": list(self.groups),
-                    "homeGroup": self.home_group}
         timeout = params.pop("timeout", None) if action == "ask" else None
         if "timeout" in params:
             return error_reply("invalid_params", detail="timeout applies to ask only")
+        if action == "status" and not self._closed:
+            return self._status(params)
         if (self.config.confirmSend and self.confirm is not None and self.kind == "interactive"
                 and action in ("send", "ask") and "replyTo" not in params):
             try:
@@ -246,6 +247,24 @@ class Session(ConversationMethods, HostingMethods):
         if action == "reply" or "replyTo" in params:
             return self._reply(params)
         return self._call("call", params)
+
+    def _status(self, params: dict) -> dict[str, Any]:
+        """The broker's status answer, or this side's within STATUS_TIMEOUT_S (see
+        client.status): never the full call timeout of a broker that just died."""
+        result = None
+        if self.connected:
+            asked = time.monotonic()
+            result = self._call("call", dict(params), STATUS_TIMEOUT_S)
+            if result.get("code") in _UNANSWERED and (self._transport.heard_since(asked)
+                                                      or self._transport.reading_paused):
+                # Alive (it sent this session something meanwhile, or this side stopped
+                # reading), only slow: the full wait.
+                result = self._call("call", params, CALL_TIMEOUT_S - STATUS_TIMEOUT_S)
+            if result.get("code") != "broker_unavailable":
+                return result
+        return local_status(since=self._transport.silent_since(), session_id=self.id,
+                            name=self.name, groups=self.groups, home_group=self.home_group,
+                            detail=NOT_ANSWERING if result else OUT_OF_REACH)
 
     def _reply(self, params: dict) -> dict[str, Any]:
         """A reply. After a broker restart the asker resends its ask a few seconds after
@@ -280,7 +299,14 @@ class Session(ConversationMethods, HostingMethods):
             else:
                 self._asks_waiting += 1
         try:
-            return self._call(kind, fields, timeout + _ASK_MARGIN_S)
+            result = self._call(kind, fields, timeout + _ASK_MARGIN_S)
+            if result.get("ok") and self._history.enabled:
+                # The reply came as the ask's answer, not through receive(): it is
+                # still a message this session received (replyTo: the ask's id).
+                self._history.record(RECEIVED, messageId=result.get("replyId"),
+                                     expectsReply=False, replyTo=result.get("messageId"),
+                                     **{k: result.get(k) for k in _REPLY_FIELDS})
+            return result
         finally:
             with self._lock:
                 if kind == "supervisor":

@@ -163,6 +163,10 @@ class Transport:
         heard = self._protocol.last_heard
         return time.time() - (time.monotonic() - heard) if heard else None
 
+    def heard_since(self, moment: float) -> bool:
+        """Whether the broker sent anything after the monotonic ``moment``."""
+        return self._protocol.last_heard > moment
+
     # -- public, any thread ---------------------------------------------------------
 
     def request(self, env: dict) -> Reply:

@@ -181,6 +181,10 @@ _TABLE = [
     ErrorSpec("broker_unavailable", "peer", "Broker did not answer within {timeout_s:g} s"),
     ErrorSpec("no_broker", "peer", "No broker is listening at {endpoint} ({detail}); start one "
               "with `python -m broker` (with --endpoint {endpoint} if that is not its default)"),
+    ErrorSpec("broker_start_failed", "peer", "No broker was listening and starting one failed "
+              "({detail}); its log is {log}"),
+    ErrorSpec("unknown_host", "peer", "The host {host!r} of {endpoint} does not resolve "
+              "({detail}); check the host name in the endpoint (or $INTERCOM_ENDPOINT)"),
     ErrorSpec("inbox_full", "peer", "The inbox holds {count} messages ({size} bytes, limit "
               "{limit}): reading from the broker is paused; take messages with receive()"),
     ErrorSpec("session_closed", "peer", "The session is closed"),

@@ -27,8 +27,8 @@ from typing import Any
 
 from .errors import BusError
 from .generated import main, replace_section
-from .limits import (MAX_BATCH, MAX_CHANNEL_CHARS, MAX_FRAME_BYTES, MAX_MESSAGE_CHARS,
-                     MAX_NAME_CHARS, MAX_SEND_ITEMS)
+from .limits import (MAX_BATCH, MAX_CHANNEL_CHARS, MAX_CWD_CHARS, MAX_FRAME_BYTES,
+                     MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_SEND_ITEMS)
 
 CLIENT, BROKER = "client → broker", "broker → client"
 LINK = "broker → broker"    # over the links of brokers sharing one database
@@ -107,6 +107,8 @@ CLIENT_KINDS: tuple[Kind, ...] = (
            max_len=MAX_CHANNEL_CHARS),
         _f("persistent", (bool, _NONE), "an agent session's lifetime: kept after it leaves "
            "(default true) or forgotten"),
+        _f("cwd", _STR_OR_NULL, "the client's working directory, shown in list rows",
+           max_len=MAX_CWD_CHARS),
     ), request=True),
     Kind("call", CLIENT, "One intercom tool call: ``action`` and the tool's parameters.", (
         _f("action", object, "list, groups, join, leave, send, ask, reply, pending or status "

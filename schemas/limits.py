@@ -13,6 +13,7 @@ MAX_NAME_CHARS = 128               # session names, agent ids
 MAX_GROUP_CHARS = 128
 MAX_TARGET_CHARS = 512
 MAX_PREVIEW_CHARS = 80             # pending-ask preview
+MAX_CWD_CHARS = 4096               # a session's working directory (PATH_MAX on Linux)
 
 PREFIX_LEN = 8                     # unique hex prefix of a UUID session id
 

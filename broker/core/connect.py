@@ -144,7 +144,8 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
         parent_id=parent_id,
         status_suffix=env.get("statusSuffix"),
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
-        connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=peer)
+        connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=peer,
+        cwd=env.get("cwd"))
     state.registry.add(session)
     held.adopt(state, session, parent)
     conversation = conversations.opened(state, session, conversation_claim)

@@ -90,6 +90,11 @@ class Engine:
         return self.state.registry
 
     @property
+    def local_sessions(self) -> int:
+        """Sessions connected to this broker (mirrors of other brokers' not counted)."""
+        return len(self.state.registry) - len(self.state.cluster.remote)
+
+    @property
     def stats(self):
         return self.state.stats
 

@@ -75,6 +75,7 @@ def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
         # Connection order across brokers: its wall-clock start, on this broker's clock.
         connected_at=now - max(0.0, state.wall - connected_wall), connected_wall=connected_wall,
         last_seen_at=now, peer=f"link:{peer.broker_id}", broker=peer.broker_id,
+        cwd=row["cwd"] if isinstance(row.get("cwd"), str) else None,
         mirrored_stage=_stage(row))
     state.registry.add(session)
     state.cluster.remote[session.id] = session

@@ -52,14 +52,13 @@ def run_row(state: State, run: Run) -> dict[str, Any]:
         label = node.state
         if label == RUNNING and run.dormant and node.session_id is None:
             label = PENDING   # the host is gone: the stage waits for a resume
-        row = {"name": node.name, "id": node.id, "state": node.state, "label": label,
-               "sessionId": node.session_id,
-               "queued": sum(1 for s in states if s["state"] == "queued"),
-               "deliveryStates": states}
-        if unavailable:
-            row["label"] = "delivery-unavailable"
-        else:
-            row["target"] = run.canonical(node)
+        # The copyable name first: the canonical path, or the id when it has none.
+        row = {"id": node.id} if unavailable else {"target": run.canonical(node)}
+        row.update(name=node.name, id=node.id, state=node.state,
+                   label="delivery-unavailable" if unavailable else label,
+                   sessionId=node.session_id,
+                   queued=sum(1 for s in states if s["state"] == "queued"),
+                   deliveryStates=states)
         stages.append(row)
         known[run.canonical(node)] = (node, unavailable)
     future: dict[str, int] = {}

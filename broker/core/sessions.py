@@ -52,6 +52,7 @@ class Session:
     connected_at: float = 0.0               # monotonic: connection order
     connected_wall: float = 0.0             # wall clock: what people read
     last_seen_at: float = 0.0               # monotonic: liveness
+    cwd: str | None = None                  # the client's working directory (hello)
     peer: str = ""                          # who connected it (see Limits.max_sessions_per_connection)
     broker: str | None = None               # the broker holding it when not this one (a mirror)
     mirrored_stage: str | None = None       # a mirror's stage path (its broker holds the binding)
@@ -73,10 +74,12 @@ class Session:
         return f"{self.status} · {self.status_suffix}" if self.status_suffix else self.status
 
     def public(self) -> dict[str, Any]:
-        """The row other sessions see in list and presence events."""
+        """The row other sessions see in list and presence events; ``id`` first, as
+        the field a reader copies."""
         row = {
             "id": self.id,
             "name": self.name,
+            "cwd": self.cwd,
             "status": self.status_text,
             "kind": self.kind,
             "groups": list(self.groups),

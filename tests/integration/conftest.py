@@ -157,7 +157,7 @@ def drain_events(session) -> list[dict]:
     frames in arrival order, so afterwards the event queue holds all of them.
     """
     result = session.intercom(action="status")
-    assert result["ok"], result
+    assert result["ok"] and result["connected"], result    # the broker's answer, not the client's
     events = []
     while (event := session.next_event(0)) is not None:
         events.append(event)

@@ -194,13 +194,20 @@ def test_an_endpoint_that_cannot_be_parsed_fails_at_once():
     assert refused.value.code == "invalid_endpoint" and time.monotonic() - started < 1
 
 
-def test_status_with_the_broker_down_answers_at_once_with_the_connection_state(short_tmp):
-    broker = start_broker(short_tmp)
+def session_of_a_killed_broker(data_dir):
+    """A session in groups default and ops whose broker was just killed with SIGKILL
+    (no goodbye reaches the client)."""
+    broker = start_broker(data_dir)
     try:
         session = open_session(broker, "alone")
         assert session.intercom(action="join", group="ops")["ok"]
     finally:
         broker.kill()
+    return session
+
+
+def test_status_with_the_broker_down_answers_at_once_with_the_connection_state(short_tmp):
+    session = session_of_a_killed_broker(short_tmp)
     deadline = time.monotonic() + 15
     while session.connected:            # the client notices the silence within its liveness
         assert time.monotonic() < deadline
@@ -211,3 +218,64 @@ def test_status_with_the_broker_down_answers_at_once_with_the_connection_state(s
     assert status["ok"] is True and status["connected"] is False
     assert status["groups"] == ["default", "ops"] and status["since"] <= time.time()
     session.close()
+
+
+def test_status_just_after_the_broker_is_killed_answers_within_a_second(short_tmp):
+    session = session_of_a_killed_broker(short_tmp)
+    assert session.connected            # its liveness check has not noticed yet
+    started = time.monotonic()
+    status = session.intercom(action="status")
+    assert time.monotonic() - started < 2.0
+    assert status["ok"] is True and status["connected"] is False, status
+    assert (status["sessionId"], status["name"]) == (session.id, "alone")
+    assert status["groups"] == ["default", "ops"] and "did not answer" in status["detail"]
+    session.close()
+
+
+def test_the_reply_an_asker_gets_is_in_its_history_as_received(broker):
+    entries = []
+    with open_session(broker, "asker", history=entries.append) as asker, \
+            open_session(broker, "answerer") as answerer:
+        waiting = []
+        thread = threading.Thread(target=lambda: waiting.append(
+            asker.intercom(action="ask", to="answerer", message="ready?", timeout=10)))
+        thread.start()
+        question = answerer.receive(timeout=10)
+        answerer.intercom(action="reply", message="yes")
+        thread.join(15)
+        assert waiting[0]["ok"], waiting
+    received = [e for e in entries if e["type"] == "intercom_received"]
+    assert len(received) == 1, entries
+    (entry,) = received
+    assert (entry["from"], entry["fromName"], entry["message"], entry["replyTo"]) == \
+        (answerer.id, "answerer", "yes", question["id"])
+    assert entry["messageId"] == waiting[0]["replyId"] and entry["expectsReply"] is False
+    kinds = [e["type"] for e in entries]
+    assert kinds.index("intercom_sent") < kinds.index("intercom_received")   # ask, then its reply
+
+
+def test_a_host_that_does_not_resolve_fails_within_about_a_second_naming_it():
+    endpoint = "tcp://no-such-host.invalid:5555"      # .invalid never resolves
+    started = time.monotonic()
+    with pytest.raises(ConnectError) as error:
+        Client.connect(name="lonely", endpoint=endpoint, timeout=15)
+    assert time.monotonic() - started < 2.0
+    assert error.value.code == "unknown_host"
+    assert "'no-such-host.invalid'" in str(error.value) and "does not resolve" in str(error.value)
+
+
+def test_an_unresolvable_host_among_several_endpoints_does_not_stop_the_others(broker):
+    endpoints = ["tcp://no-such-host.invalid:5555", broker.endpoint]
+    with Client.connect(name="failover", endpoint=endpoints, timeout=15) as session:
+        assert session.intercom(action="status")["connected"] is True
+
+
+def test_list_rows_show_each_sessions_working_directory_with_the_id_first(broker, tmp_path):
+    with open_session(broker, "here") as here, \
+            open_session(broker, "there", cwd=tmp_path / "project") as there:
+        rows = {row["name"]: row for row in here.intercom(action="list")["sessions"]}
+        assert rows["there"]["cwd"] == str(tmp_path / "project")   # the caller's choice
+        mine = there.intercom(action="list")
+        assert mine["sessions"][0]["cwd"] == os.getcwd()          # this process's directory
+        assert mine["self"]["cwd"] == str(tmp_path / "project")
+        assert all(list(row)[0] == "id" for row in mine["sessions"] + [mine["self"]])

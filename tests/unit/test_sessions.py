@@ -343,3 +343,23 @@ def test_a_reconnect_claiming_memberships_it_may_not_hold_keeps_the_brokers():
                       token=welcome["token"], homeGroup="default",
                       groups=["default", "workflow:r1/plan"])
     assert again["ok"] and again["groups"] == ["default", "ops"]
+
+
+def test_list_rows_carry_the_working_directory_sent_at_hello_with_the_id_first():
+    bus = Bus()
+    bus.hello("alice", cwd="/home/alice/project")
+    bus.hello("bob")
+    result = bus.call(b"bob", "list")
+    (alice,) = result["sessions"]
+    assert list(alice)[0] == "id" and list(result["self"])[0] == "id"
+    assert alice["cwd"] == "/home/alice/project"
+    assert result["self"]["cwd"] is None            # bob said nothing: not guessed
+
+
+def test_a_working_directory_past_its_bound_is_refused_as_a_bad_envelope():
+    from schemas.limits import MAX_CWD_CHARS
+
+    bus = Bus()
+    refused = bus.hello("alice", cwd="/" + "x" * MAX_CWD_CHARS)
+    assert (refused["ok"], refused["code"]) == (False, "bad_envelope")
+    assert bus.hello("alice", identity=b"alice2", cwd="/" + "x" * (MAX_CWD_CHARS - 1))["ok"]

@@ -409,3 +409,13 @@ def test_register_run_whose_commit_failed_is_refused():
                                stages=[{"name": "plan"}]))
     answer = result_for(bus.fail("store_unavailable"), b"host", "reg")
     assert (answer["ok"], answer["code"]) == (False, "store_unavailable")
+
+
+def test_stage_rows_start_with_the_canonical_path_or_the_id_when_there_is_none():
+    bus = Bus(liveness_s=1e9)
+    bus.hello("host")
+    stages = [{"name": "plan"}, {"name": "quiet", "id": "s-quiet", "intercom": False}]
+    assert bus.workflow(b"host", "register_run", runId="r1", stages=stages)["ok"]
+    (run,) = bus.call(b"host", "list")["workflows"]
+    firsts = {r["name"]: next(iter(r.items())) for r in run["stages"]}
+    assert firsts == {"plan": ("target", "workflow:r1/plan"), "quiet": ("id", "s-quiet")}
