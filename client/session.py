@@ -264,6 +264,7 @@ class Session(ConversationMethods, HostingMethods):
                 return result
         return local_status(since=self._transport.silent_since(), session_id=self.id,
                             name=self.name, groups=self.groups, home_group=self.home_group,
+                            broker_id=self.welcome.get("brokerId"),
                             detail=NOT_ANSWERING if result else OUT_OF_REACH)
 
     def _reply(self, params: dict) -> dict[str, Any]:
