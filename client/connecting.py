@@ -81,6 +81,12 @@ class Client:
         channel id (``discord:...``, ``remote:...``; default ``internal:<session id>``),
         ``persistent`` whether the broker keeps its record after it leaves (see
         :meth:`Session.respond`, :meth:`Session.invoke`).
+
+        ``kind="control"`` opens a control connection: a read-only look (``list``,
+        ``groups``, ``status``, ``list_sessions(agent=...)``) that no other session
+        lists, hears of or can message, and that is never a conversation (no
+        ``agent``, ``channel``, ``stage``, ``parent`` or ``grant``); see
+        ``broker.core.control``.
         """
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
