@@ -2,8 +2,11 @@
 
 ``tail`` follows presence on the broker's PUB socket (``tail --channel ID``: the
 outputs posted to one channel); ``list``, ``groups``, ``status``, ``send`` and ``ask``
-run one intercom call as a short-lived session and print the result as JSON;
-``sessions --agent A`` lists an agent's conversations.
+run one intercom call and print the result as JSON; ``sessions --agent A`` lists an
+agent's conversations. Everything that only looks (``list``, ``groups``, ``status``,
+``sessions``, and ``tail``'s question for the PUB endpoint) uses a control connection
+(see broker.core.control): it is listed to nobody, announces no presence and consumes
+nothing. ``send`` and ``ask`` still open a short-lived session of their own.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import time
 
 import zmq
 
+from schemas.errors import error_reply
+from schemas.names import CONTROL, CONTROL_ACTIONS, INTERACTIVE
 from schemas.paths import pub_endpoint
 from schemas.protocol import unpack_frame
 
@@ -99,8 +104,10 @@ def broker_pub_endpoint(args: argparse.Namespace, curve: CurveKeys | None) -> st
     """Where the broker at ``--endpoint`` (or the default) publishes: its welcome says.
     Prints one line and returns None when no broker answers."""
     try:
-        # No broker started for this: a subscriber is no session, so it would not keep it.
-        with Client.connect(name=f"{args.name}-tail", endpoint=args.endpoint, auto_start=False,
+        # A control connection (a look, no session), and no broker started for it: a
+        # subscriber is no session, so it would not keep one alive.
+        with Client.connect(name=f"{args.name}-tail", endpoint=args.endpoint, kind=CONTROL,
+                            auto_start=False,
                             **_keys(curve)) as probe:
             return probe.welcome.get("pubEndpoint") or pub_endpoint()
     except ConnectError as exc:
@@ -109,9 +116,11 @@ def broker_pub_endpoint(args: argparse.Namespace, curve: CurveKeys | None) -> st
 
 
 def one_call(args: argparse.Namespace, params: dict, curve: CurveKeys | None) -> int:
+    """One intercom call: a read on a control connection, anything else as a session."""
+    kind = CONTROL if params["action"] in CONTROL_ACTIONS else INTERACTIVE
     try:
         session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.as_group,
-                                 **_keys(curve))
+                                 kind=kind, **_keys(curve))
     except ConnectError as exc:
         print(json.dumps({"ok": False, "code": exc.code, "error": str(exc)}))
         return 1
@@ -122,18 +131,20 @@ def one_call(args: argparse.Namespace, params: dict, curve: CurveKeys | None) ->
 
 
 def list_sessions(args: argparse.Namespace, curve: CurveKeys | None) -> int:
-    """Connect as a conversation of ``--agent`` and print its ``list_sessions`` result.
-    Without ``--channel`` the probe is an ephemeral conversation and shows as one row
-    with ``current: true``."""
+    """Print ``--agent``'s conversations (with ``--channel``: that one's row), read on a
+    control connection: it joins no conversation and takes no invocation."""
     try:
         session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.as_group,
-                                 agent=args.agent, channel=args.channel,
-                                 persistent=args.channel is not None, **_keys(curve))
+                                 kind=CONTROL, **_keys(curve))
     except ConnectError as exc:
         print(json.dumps({"ok": False, "code": exc.code, "error": str(exc)}))
         return 1
     with session:
-        result = session.list_sessions()
+        result = session.list_sessions(agent=args.agent)
+    if result.get("ok") and args.channel is not None:
+        rows = [row for row in result["sessions"] if row.get("session") == args.channel]
+        result = ({"ok": True, "sessions": rows} if rows else
+                  error_reply("channel_not_found", channel=args.channel, agent=args.agent))
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0 if result.get("ok") else 1
 
@@ -165,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("message")
     p_sessions = sub.add_parser("sessions", help="an agent's conversations (respond/invoke)")
     p_sessions.add_argument("--agent", required=True)
-    p_sessions.add_argument("--channel", help="connect as this conversation (default: a "
-                            "new ephemeral one)")
+    p_sessions.add_argument("--channel", help="only this conversation's row (read-only: "
+                            "nothing is joined or consumed)")
     args = parser.parse_args(argv)
     try:
         curve = (keys.from_directory(args.curve_dir, args.curve_client) if args.curve_dir

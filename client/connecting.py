@@ -128,6 +128,12 @@ class Client:
 
         ``cwd`` is the working directory other sessions see in this one's ``list`` row
         (default: this process's, ``os.getcwd()``).
+
+        ``kind="control"`` opens a control connection: a read-only look (``list``,
+        ``groups``, ``status``, ``list_sessions(agent=...)``) that no other session
+        lists, hears of or can message, and that is never a conversation (no
+        ``agent``, ``channel``, ``stage``, ``parent`` or ``grant``); see
+        ``broker.core.control``.
         """
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")

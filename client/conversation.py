@@ -126,11 +126,12 @@ class ConversationMethods:
                          report["outcome"], result.get("error"))
         return result
 
-    def list_sessions(self) -> dict[str, Any]:
+    def list_sessions(self, agent: str | None = None) -> dict[str, Any]:
         """This agent's conversations: ``{"ok": True, "sessions": [{"session" (channel
         id), "persistent", "remote", "connected", "lastActiveAt", "queuedInvocations",
-        "current"}]}``; the ``session`` values are what ``invoke`` takes."""
-        return self._call("sessions", {})
+        "current"}]}``; the ``session`` values are what ``invoke`` takes. A control
+        connection (``kind="control"``) names the ``agent`` instead; it only reads."""
+        return self._call("sessions", {} if agent is None else {"agent": agent})
 
     def invoke(self, session: str, reason: str) -> dict[str, Any]:
         """Queue a turn in another existing persistent conversation of this agent.

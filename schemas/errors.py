@@ -97,6 +97,11 @@ _TABLE = [
     ErrorSpec("auth_failed", "authority", "The broker refused this client's handshake: {detail}"),
     ErrorSpec("no_agent", "authority", "This session belongs to no agent; connect with agent=... "
               "to use {what}"),
+    ErrorSpec("control_read_only", "authority", "A control connection may only read (list, "
+              "groups, status, sessions); {what} needs a session: connect without "
+              "sessionKind \"control\""),
+    ErrorSpec("control_only", "authority", "{what} is for control connections only (connect "
+              "with sessionKind \"control\")"),
     ErrorSpec("invoke_remote_caller", "authority", "A remote session cannot invoke other sessions"),
     ErrorSpec("invoke_disabled", "authority", "invoke is not enabled for agent {agent!r}: set "
               "invoke = true in agents/{agent}/config/tools.toml in the broker's data directory"),

@@ -88,7 +88,8 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          "reconnect or a broker restart. Answered by a ``result`` holding the welcome.", (
         _f("name", str, f"session name (at most {MAX_NAME_CHARS} characters once trimmed)",
            required=True),
-        _f("sessionKind", _STR_OR_NULL, "interactive, noninteractive or stage"),
+        _f("sessionKind", _STR_OR_NULL, "interactive, noninteractive, stage or control (a "
+           "read-only control connection: never listed, announces nothing, may only read)"),
         _f("group", _STR_OR_NULL, "explicit home group"),
         _f("fallbackGroup", _STR_OR_NULL, "the client's env > config > default group"),
         _f("homeGroup", _STR_OR_NULL, "home group resolved at the first connect (reconnects)"),
@@ -169,8 +170,11 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          "told}`` (``told``: the sender was connected to hear it).", (
         _f("outputId", str, "the output event's outputId", required=True, max_len=ID_MAX),
     ), request=True),
-    Kind("sessions", CLIENT, "The caller's agent's sessions: ``{sessions: [...]}``.", (),
-         request=True),
+    Kind("sessions", CLIENT, "The caller's agent's sessions, or (a control connection) the "
+         "named agent's: ``{sessions: [...]}``. Read-only: it takes no invocation.", (
+        _f("agent", str, "control connections only, and required there: whose sessions",
+           max_len=None),
+    ), request=True),
     Kind("invoke", CLIENT, "Queue a one-shot turn in another persistent session of the agent; "
          "answered ``{queued, id, session}`` once the job is committed.", (
         _f("session", str, "the destination's channel id", required=True,

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from .groups import DEFAULT_GROUP, WORKFLOW_PREFIX
 
-SESSION_KINDS = ("interactive", "noninteractive", "stage")
-INTERACTIVE, NONINTERACTIVE, STAGE = SESSION_KINDS
+# ``control``: a read-only look at the bus (a CLI call), never listed and never a
+# target or a conversation; see broker.core.control.
+SESSION_KINDS = ("interactive", "noninteractive", "stage", "control")
+INTERACTIVE, NONINTERACTIVE, STAGE, CONTROL = SESSION_KINDS
+CONTROL_ACTIONS = ("list", "groups", "status")      # the intercom calls a control connection makes
 
 LIVE, TERMINAL = "live", "terminal"                 # reply capability
 REPLY_CAPABILITIES = (LIVE, TERMINAL)

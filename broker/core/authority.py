@@ -8,6 +8,9 @@ Control lets a session see, send to, queue for and ask the stages of R, includin
 those isolated in R's subgroups; subgroup members see only their own subgroup. A
 read-only ``group`` peek (``list``/``status``) crosses no more than that: see
 :func:`peek`.
+A control connection (:mod:`broker.core.control`) is outside all of this as the one
+seen: the registry's indexes never yield it, so it is nobody's peer, watcher or
+target; as a viewer it sees as a member of its home group.
 Authority is a relation the broker records (a run's host, a stage's binding, a
 child's parent), never a flag a client asserts.
 

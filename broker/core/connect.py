@@ -28,10 +28,10 @@ from schemas import envelopes
 from schemas.errors import BusError
 from schemas.groups import clean_group, has_control_chars, resolve_home_group
 from schemas.limits import MAX_NAME_CHARS
-from schemas.names import (IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES, SESSION_KINDS,
+from schemas.names import (CONTROL, IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES, SESSION_KINDS,
                            STAGE, TERMINAL, TERMINAL_CHILD_STATUSES, THINKING, TOOL_PREFIX)
 
-from . import asking, backlog, closed, conversations, held, invoking, ownership
+from . import asking, backlog, closed, control, conversations, held, invoking, ownership
 from .agents import welcome_fields
 from .authority import check_claimed
 from .commands import Send
@@ -71,6 +71,13 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     kind = env.get("sessionKind") or INTERACTIVE
     if kind not in SESSION_KINDS:
         raise BusError("bad_envelope", detail=f"sessionKind must be one of {', '.join(SESSION_KINDS)}")
+    if kind == CONTROL:     # a read-only look, nobody's peer: broker.core.control
+        peer = _counted_as(state, identity)
+        _check_room(state, peer)
+        state.session_rate.admit(identity, state.peer, now, state.limits.max_new_sessions_per_second)
+        session = control.open_control(state, identity, env, now, name, peer)
+        state.answer(session, re, welcome(state, session))
+        return
 
     live = state.registry.by_id.get(env.get("sessionId") or "")
     if live is not None and _token_ok(live, env.get("token")):
@@ -222,6 +229,9 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
     """Remove a session and tell everyone who could see it."""
     if state.registry.by_id.get(session.id) is not session:
         return
+    if session.is_control:
+        control.close(state, session)
+        return
     before = set(session.groups)
     state.registry.remove(session)
     membership_changed(state, session, before, set(), departing=True)
@@ -287,7 +297,7 @@ def _adopt_claimed(state: State, session: Session, env: dict) -> None:
     claim this session could not make at connect leaves its memberships as they are
     (the welcome tells the client which)."""
     claimed = env.get("groups")
-    if not claimed:
+    if not claimed or session.is_control:     # a control connection's groups never change
         return
     try:
         groups, _ = _fit_groups(state, session.home_group, [clean_group(g) for g in claimed])

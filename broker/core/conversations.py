@@ -27,7 +27,7 @@ from schemas.errors import BusError
 from schemas.limits import MAX_AGENT_CHARS
 from schemas.names import INTERNAL
 
-from . import conversation_mirrors, invoking
+from . import control, conversation_mirrors, invoking
 from .activity import touch
 from .agents import Conversation
 from .channels import check_channel
@@ -134,12 +134,16 @@ def turn(state: State, session: Session, env: dict, re: str | None, now: float) 
 
 
 def sessions(state: State, session: Session, env: dict, re: str, now: float) -> None:
-    """``sessions``: the caller's agent's conversations, most recently active first.
+    """``sessions``: the caller's agent's conversations (a control connection: the
+    named agent's), most recently active first. Reads only: it takes no invocation.
 
-    Raises BusError(no_agent)."""
-    caller = caller_conversation(state, session, "list_sessions")
+    Raises BusError(no_agent | control_only | missing_param | invalid_agent)."""
+    agent, caller = control.listed_agent(session, env), None
+    if agent is None:
+        caller = caller_conversation(state, session, "list_sessions")
+        agent = caller.agent
     rows = [_row(c, c is caller, invoking.queued_count(state, c))
-            for c in state.conversations.of_agent(caller.agent)]
+            for c in state.conversations.of_agent(agent)]
     rows.sort(key=lambda r: (r["lastActiveAt"] is None, -(r["lastActiveAt"] or 0.0), r["session"]))
     state.answer(session, re, {"sessions": rows})
 

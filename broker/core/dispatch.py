@@ -18,8 +18,8 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from . import (connect, conversations, forwarding, grants, hosting, invoking, membership, messaging,
-               ownership, stages)
+from . import (connect, control, conversations, forwarding, grants, hosting, invoking, membership,
+               messaging, ownership, stages)
 from .recovery import recovery
 from .respond import ack_output, respond
 from .params import tool_params
@@ -145,6 +145,8 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
             raise BusError("not_connected")
         session.last_seen_at = now
         kinds.check(env, kind)
+        if session.is_control:
+            control.check_request(kind, env)     # it may only read
         if route.needs_id and re is None:
             raise BusError("bad_envelope", detail=route.needs_id)
         route.handler(state, session, env, re, now)

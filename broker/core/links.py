@@ -353,7 +353,8 @@ def _meet(state: State, broker_id: str, endpoint: str, until: float, now: float,
 
 def _say_hello(state: State, peer: Peer) -> None:
     cluster = state.cluster
-    rows = [_row(state, s) for s in state.registry.by_id.values() if s.broker is None]
+    rows = [_row(state, s) for s in state.registry.by_id.values()
+            if s.broker is None and not s.is_control]
     # Changes not yet flushed are in the rows already.
     state.out.append(LinkSend(peer.broker_id, [envelopes.link(
         state.broker_id, link_proof(state.grant_key, state.broker_id), cluster.endpoint,

@@ -6,6 +6,9 @@ Invariants the registry keeps:
   8-hex id prefix, Atomic session id and each group it belongs to, and by nothing
   once it is removed;
 * a session always belongs to at least one group;
+* a control connection (:mod:`broker.core.control`) is found by id and routing
+  identity only: no group, name, prefix or Atomic index holds it, so nothing that
+  looks sessions up by those (list, groups, presence, targets) ever meets it;
 * ``subgroups[run_id]`` names exactly the groups ``workflow:<run_id>/...`` that have
   a member, so authority over a run's subgroups is found without a scan.
 
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from schemas.limits import PREFIX_LEN
-from schemas.names import IDLE, INTERACTIVE, LIVE, run_of_group
+from schemas.names import CONTROL, IDLE, INTERACTIVE, LIVE, run_of_group
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,11 @@ class Session:
     def stage(self) -> str | None:
         """The canonical path of the stage it is bound to, here or on its broker."""
         return self.binding.path if self.binding else self.mirrored_stage
+
+    @property
+    def is_control(self) -> bool:
+        """A read-only control connection (see broker.core.control)."""
+        return self.kind == CONTROL
 
     @property
     def prefix(self) -> str:
@@ -118,6 +126,8 @@ class Registry:
         self.by_id[session.id] = session
         self.by_identity[session.identity] = session
         self.by_peer[session.peer] += 1
+        if session.is_control:
+            return
         self.by_name[session.name.lower()].add(session.id)
         self.by_prefix[session.prefix].add(session.id)
         if session.atomic_session_id:
@@ -130,6 +140,8 @@ class Registry:
             self._forget_peer(session.peer)
         if self.by_identity.get(session.identity) is session:
             del self.by_identity[session.identity]
+        if session.is_control:
+            return
         _discard(self.by_name, session.name.lower(), session.id)
         _discard(self.by_prefix, session.prefix, session.id)
         if session.atomic_session_id:
@@ -157,6 +169,9 @@ class Registry:
     def set_groups(self, session: Session, groups: Iterable[str]) -> None:
         """Change a session's memberships; costs O(groups gained and lost)."""
         new = dict.fromkeys(groups)
+        if session.is_control:          # indexed by no group (see the invariants)
+            session.groups = new
+            return
         for group in session.groups:
             if group not in new:
                 self._leave(group, session.id)

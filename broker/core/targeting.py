@@ -41,7 +41,7 @@ def resolve_session(state: State, caller: Session, to: str) -> Session:
     """
     registry = state.registry
     exact = registry.by_id.get(to)
-    if exact is not None:
+    if exact is not None and not exact.is_control:     # a control connection is nobody's target
         return _reachable(state, caller, exact)
 
     by_name = registry.by_name.get(to.lower())
