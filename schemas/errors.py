@@ -94,6 +94,9 @@ _TABLE = [
               "grant admits one child; the launcher asks for one per child (grant_child)"),
     ErrorSpec("grant_expired", "authority", "This child grant has expired (a grant admits its "
               "child within {seconds:g} s of issue): the launcher asks for a new one (grant_child)"),
+    ErrorSpec("non_agent_launcher", "authority", "This session is the connection of a non-agent "
+              "workflow node ({stage}): it cannot launch or supervise a child, so it gets no "
+              "child grant"),
     ErrorSpec("auth_failed", "authority", "The broker refused this client's handshake: {detail}"),
     ErrorSpec("no_agent", "authority", "This session belongs to no agent; connect with agent=... "
               "to use {what}"),
