@@ -167,8 +167,11 @@ _TABLE = [
               "send the text with content instead"),
     ErrorSpec("draft_expired", "state", "Draft {draft!r} belongs to an earlier turn: a draft can "
               "be sent by reference only during the turn that recorded it; send content instead"),
-    ErrorSpec("draft_not_current", "state", "A draft can be sent by reference only to the current "
-              "conversation (channel \"current\"); send content to reach another channel"),
+    ErrorSpec("draft_not_current", "state", "A draft can be sent by reference only with channel "
+              "\"current\" (not 'last', not a channel id, not even this conversation's own); "
+              "send content to reach another channel"),
+    ErrorSpec("draft_already_sent", "state", "Draft {draft!r} was already sent by reference in "
+              "this turn: it is no longer an undelivered draft; send new content to say more"),
     ErrorSpec("draft_incomplete", "state", "Draft {draft!r} is {completion}: only a complete draft "
               "can be sent by reference; author a complete replacement with content"),
     ErrorSpec("session_id_held", "state", "A live session on another broker holds that id"),
