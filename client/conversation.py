@@ -34,7 +34,7 @@ class ConversationMethods:
                 final: bool = True) -> dict[str, Any]:
         """Post this agent's output to a channel: ``current``, ``last``, ``owner`` or a
         channel id of the same agent. Exactly one of ``content`` or ``draft`` (a draft
-        id of the open turn: its exact text is sent). ``attachments``:
+        id of the open turn not sent yet: its exact text is sent, to ``current`` only). ``attachments``:
         ``[{"path", "altText"?}]``, files that exist here. Returns ``{"ok": True,
         "final", "sent": True, "channel", ["draft"]}``; ``sent`` means the broker took
         it for delivery, not that a person read it; the answer's ``outputId`` is what
@@ -47,7 +47,7 @@ class ConversationMethods:
         if draft is not None:
             with self._turn_lock:
                 try:
-                    params["content"] = self._turns.text_of(draft)
+                    params["content"] = self._turns.take(draft)
                 except BusError as exc:
                     return exc.reply()
         result = self._call("respond", params)
@@ -60,6 +60,9 @@ class ConversationMethods:
             if result.get("channel") == self.channel:
                 with self._turn_lock:
                     self._turns.delivered(draft)
+        elif draft is not None:
+            with self._turn_lock:
+                self._turns.release(draft)
         return result
 
     def ack_output(self, output_id: str) -> dict[str, Any]:

@@ -13,7 +13,8 @@ Invariants:
   ``draft_expired`` (never ``unknown_draft``), for as long as this object remembers
   it (the last :data:`REMEMBERED_DRAFTS` ids);
 * only a ``complete`` draft can be sent by reference (``incomplete`` and ``unknown``
-  completions are ``draft_incomplete``);
+  completions are ``draft_incomplete``), and only once: a draft being sent or already
+  delivered by reference is no undelivered draft any more (``draft_already_sent``);
 * a turn that recorded a draft produces exactly one final report when it ends:
   outcome ``recovered`` when a respond reached this conversation during the turn,
   else ``failed``; each draft ``delivered`` (sent by reference), ``replaced``
@@ -47,6 +48,7 @@ class _Draft:
     text: str
     completion: str
     delivered: bool = False
+    sending: bool = False     # a respond by reference is on its way
 
 
 class Turns:
@@ -96,7 +98,7 @@ class Turns:
         """The exact text to send for ``draft_id``, if it may be sent by reference.
 
         Raises BusError: ``draft_expired`` (its turn ended), ``unknown_draft``,
-        ``draft_incomplete``.
+        ``draft_incomplete``, ``draft_already_sent``.
         """
         draft = self._drafts.get(draft_id)
         if draft is None:
@@ -106,7 +108,24 @@ class Turns:
         if draft.completion != "complete":
             raise BusError("draft_incomplete", draft=draft_id, completion=(
                 "incomplete" if draft.completion == "incomplete" else "of unknown completion"))
+        if draft.delivered or draft.sending:
+            raise BusError("draft_already_sent", draft=draft_id)
         return draft.text
+
+    def take(self, draft_id: str) -> str:
+        """:meth:`text_of`, and the draft is on its way: no other respond sends it until
+        :meth:`release` (the respond failed) or for good once :meth:`delivered`.
+
+        Raises what :meth:`text_of` raises."""
+        text = self.text_of(draft_id)
+        self._drafts[draft_id].sending = True
+        return text
+
+    def release(self, draft_id: str) -> None:
+        """A respond that took ``draft_id`` did not deliver it: it may be sent again."""
+        draft = self._drafts.get(draft_id)
+        if draft is not None:
+            draft.sending = False
 
     def delivered(self, draft_id: str | None) -> None:
         """A respond reached this conversation in the open turn (by reference if
@@ -116,7 +135,7 @@ class Turns:
         self._delivered = True
         draft = self._drafts.get(draft_id) if draft_id is not None else None
         if draft is not None:
-            draft.delivered = True
+            draft.delivered, draft.sending = True, False
 
     def _report(self, final: bool) -> dict:
         def outcome(draft: _Draft) -> str:

@@ -2,7 +2,7 @@
 
 What the client can know is checked here, so a bad call costs no round trip and the
 broker never sees a path that does not exist on this side: exactly one of
-``content`` or ``draft``, the parameter types and lengths of the ``respond`` and
+``content`` or ``draft``, a draft only with channel ``current``, the parameter types and lengths of the ``respond`` and
 ``invoke`` JSON Schemas (:mod:`schemas.tools`), each attachment
 (:mod:`schemas.output_attachments`, plus: the file exists). Channel resolution,
 remote rules, and whether the channel takes attachments are the broker's (it knows
@@ -19,6 +19,7 @@ from typing import Any
 from schemas.errors import error_reply
 from schemas.kinds import TEXT_MAX
 from schemas.limits import MAX_ATTACHMENTS, MAX_MESSAGE_CHARS
+from schemas.names import CURRENT
 from schemas.output_attachments import attachment_problem
 from schemas.tools import INVOKE_SCHEMA, RESPOND_SCHEMA, validate
 
@@ -54,6 +55,8 @@ def respond_problem(params: dict[str, Any]) -> dict[str, Any] | None:
     problem = validate(RESPOND_SCHEMA, params)
     if problem:
         return error_reply("invalid_params", detail=problem)
+    if "draft" in params and params["channel"] != CURRENT:
+        return error_reply("draft_not_current")    # not even this conversation's own id
     return None
 
 

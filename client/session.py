@@ -95,6 +95,10 @@ class Session(ConversationMethods, HostingMethods):
         self._turn_lock = threading.Lock()
         self.id: str | None = session_id
         self.token: str | None = token          # the reclaim secret of ``id``
+        # The same in every hello of this object (its reconnects), different in any
+        # other: the broker tells this client coming back from a second process
+        # presenting the same identity entry, which gets a fresh id.
+        self._instance = os.urandom(12).hex()
         self.welcome: dict[str, Any] = {}       # the broker's latest welcome
         # Brokers seen (a restart is a new broker id) and asks received under each:
         # a reply after a restart may have to wait for its ask's resend (_reply).
@@ -134,6 +138,7 @@ class Session(ConversationMethods, HostingMethods):
             "notifyUndeliverable": self._notify_undeliverable,
             "grant": self._grant,
             "channel": self._channel, "persistent": self._persistent, "cwd": self.cwd,
+            "instance": self._instance,
         }
         if self.id is not None:
             fields.update(sessionId=self.id, token=self.token)

@@ -94,6 +94,9 @@ _TABLE = [
               "grant admits one child; the launcher asks for one per child (grant_child)"),
     ErrorSpec("grant_expired", "authority", "This child grant has expired (a grant admits its "
               "child within {seconds:g} s of issue): the launcher asks for a new one (grant_child)"),
+    ErrorSpec("non_agent_launcher", "authority", "This session is the connection of a non-agent "
+              "workflow node ({stage}): it cannot launch or supervise a child, so it gets no "
+              "child grant"),
     ErrorSpec("auth_failed", "authority", "The broker refused this client's handshake: {detail}"),
     ErrorSpec("no_agent", "authority", "This session belongs to no agent; connect with agent=... "
               "to use {what}"),
@@ -169,8 +172,11 @@ _TABLE = [
               "send the text with content instead"),
     ErrorSpec("draft_expired", "state", "Draft {draft!r} belongs to an earlier turn: a draft can "
               "be sent by reference only during the turn that recorded it; send content instead"),
-    ErrorSpec("draft_not_current", "state", "A draft can be sent by reference only to the current "
-              "conversation (channel \"current\"); send content to reach another channel"),
+    ErrorSpec("draft_not_current", "state", "A draft can be sent by reference only with channel "
+              "\"current\" (not 'last', not a channel id, not even this conversation's own); "
+              "send content to reach another channel"),
+    ErrorSpec("draft_already_sent", "state", "Draft {draft!r} was already sent by reference in "
+              "this turn: it is no longer an undelivered draft; send new content to say more"),
     ErrorSpec("draft_incomplete", "state", "Draft {draft!r} is {completion}: only a complete draft "
               "can be sent by reference; author a complete replacement with content"),
     ErrorSpec("session_id_held", "state", "A live session on another broker holds that id"),

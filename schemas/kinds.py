@@ -99,6 +99,9 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("parent", _STR_OR_NULL, "id of the launching session"),
         _f("sessionId", _STR_OR_NULL, "id to take back"),
         _f("token", _STR_OR_NULL, "secret proving a previous hold of sessionId"),
+        _f("instance", _STR_OR_NULL, "a random nonce of this client's session object, the "
+           "same in each of its hellos: a hello presenting a live session's token with another "
+           "instance is a second process and gets a fresh id", max_len=ID_MAX),
         _f("stage", _STR_OR_NULL, "canonical workflow path of a stage session"),
         _f("transcript", _STR_OR_NULL, "a stage's transcript: the same one means no duplicates"),
         _f("statusSuffix", _STR_OR_NULL, "configured status suffix"),

@@ -26,7 +26,7 @@ from typing import Iterable
 from schemas.errors import BusError
 from schemas.names import run_group, run_of_group
 
-from .paths import WorkflowPath, path_run
+from .paths import WorkflowPath, parse_path, path_run
 from .runs import Run
 from .sessions import Session
 from .state import State
@@ -192,16 +192,31 @@ def different_group(session: Session, run_id: str) -> BusError:
     return BusError("workflow_different_group", hint=hint)
 
 
+def non_agent(state: State, session: Session) -> bool:
+    """Whether ``session`` is the connection of a non-agent node (prompt, tool, ui) of a
+    run this broker knows: bound here, or a mirror of one bound on another broker."""
+    if session.binding is not None:
+        run_id, key = session.binding.run_id, session.binding.node_key
+    elif session.mirrored_stage is not None:
+        try:
+            path = parse_path(session.mirrored_stage)
+        except BusError:          # its broker checked it; a bad row binds nothing here
+            return False
+        run_id, key = path.run_id, "/".join(path.segments)
+    else:
+        return False
+    run = state.runs.get(run_id)
+    node = run.node_by_key(key) if run else None
+    return node is not None and not node.is_agent
+
+
 def refuse_non_agent(state: State, caller: Session, to: str, target: Session | None) -> None:
     """Known non-agent ids, names and connections never receive messages.
 
     Raises BusError(non_agent_target).
     """
     if target is not None:
-        own = target.binding
-        run = state.runs.get(own.run_id) if own else None
-        node = run.node_by_key(own.node_key) if run else None
-        if node is not None and not node.is_agent:
+        if non_agent(state, target):
             raise BusError("non_agent_target", to=to)
         return
     for group in caller.groups:
@@ -211,3 +226,13 @@ def refuse_non_agent(state: State, caller: Session, to: str, target: Session | N
             nodes = run.anywhere.get(to)
             if nodes and not any(n.is_agent for n in nodes):
                 raise BusError("non_agent_target", to=to)
+
+
+def refuse_non_agent_launcher(state: State, session: Session) -> None:
+    """A non-agent node's connection launches no child: it gets no child grant, so it
+    never becomes anyone's supervisor.
+
+    Raises BusError(non_agent_launcher).
+    """
+    if non_agent(state, session):
+        raise BusError("non_agent_launcher", stage=session.stage)

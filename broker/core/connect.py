@@ -1,8 +1,9 @@
 """Sessions coming and going: hello, welcome, id reclaim, lifecycle status, departure.
 
 A ``hello`` on a connection without a session opens one; a ``hello`` naming a live
-session with its token moves that session to the new connection (a client
-reconnecting) and keeps everything. An id is granted to a new session only when no
+session with its token and its client's ``instance`` nonce (or naming a holder gone
+silent) moves that session to the new connection (a client reconnecting) and keeps
+everything; with another instance it is a second process and gets a fresh id. An id is granted to a new session only when no
 live session holds it, and only to the holder of its last holder's reclaim secret: as
 this broker remembers it, or (an id it does not remember) as the store's identity row
 has it (:mod:`broker.core.claims`); anyone else gets a fresh id and the reason. A
@@ -80,7 +81,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         return
 
     live = state.registry.by_id.get(env.get("sessionId") or "")
-    if live is not None and _token_ok(live, env.get("token")):
+    if live is not None and _token_ok(live, env.get("token")) and _same_client(state, live, env, now):
         _reattach(state, live, identity, env, re, now)
         return
     if identity in state.cluster.claiming:
@@ -144,7 +145,7 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
     elif holder is not None:   # a session here took it while the claim was committed
         session_id, refusal = state.new_id(), "a live session holds that id"
     session = Session(
-        id=session_id, name=name, identity=identity,
+        id=session_id, name=name, identity=identity, instance=env.get("instance"),
         token=session_token(state.grant_key, parent_id, env.get("grant"), session_id, state.new_token()),
         home_group=home, groups=dict.fromkeys(groups), kind=kind,
         agent=env.get("agent"), atomic_session_id=env.get("atomicSessionId") or None,
@@ -248,11 +249,22 @@ def _reattach(state: State, session: Session, identity: bytes, env: dict, re: st
               now: float) -> None:
     """The same client came back on a new connection: keep everything, move the route."""
     state.registry.rebind(session, identity, _counted_as(state, identity))
+    session.instance = env.get("instance")      # a silent holder's successor owns it now
     backlog.restart(session)
     session.last_seen_at = now
     _adopt_claimed(state, session, env)
     state.stats["sessions.reattached"] += 1
     state.answer(session, re, welcome(state, session))
+
+
+def _same_client(state: State, live: Session, env: dict, now: float) -> bool:
+    """Whether a hello presenting ``live``'s token is that client coming back on a new
+    connection (a network blip, a failover), not a second process holding a copy of
+    its identity entry: the same ``instance`` nonce, or a holder gone silent (its
+    process died; the broker has not dropped it yet). A second process gets a fresh
+    id, and ``live`` keeps working."""
+    return env.get("instance") == live.instance or \
+        now - live.last_seen_at > state.limits.liveness_s
 
 
 def _counted_as(state: State, identity: bytes) -> str:

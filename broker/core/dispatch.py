@@ -18,8 +18,8 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from . import (connect, control, conversations, forwarding, grants, hosting, invoking, membership,
-               messaging, ownership, stages)
+from . import (authority, connect, control, conversations, forwarding, grants, hosting, invoking,
+               membership, messaging, ownership, stages)
 from .recovery import recovery
 from .respond import ack_output, respond
 from .params import tool_params
@@ -62,9 +62,13 @@ def _received(state: State, session, env: dict, re: str | None, now: float) -> N
 
 
 def _grant(state: State, session, env: dict, re: str, now: float) -> None:
-    """A grant for a child this session is about to launch (``for: "child"``)."""
+    """A grant for a child this session is about to launch (``for: "child"``); a
+    non-agent node's connection launches none.
+
+    Raises BusError(bad_envelope | non_agent_launcher)."""
     if env.get("for", "child") != "child":
         raise BusError("bad_envelope", detail="for must be 'child'")
+    authority.refuse_non_agent_launcher(state, session)
     state.answer(session, re, {"grant": grants.child_grant(state.grant_key, session.id, state.wall)})
 
 

@@ -15,6 +15,7 @@ from schemas.errors import BusError
 from . import closed
 from .admission import admit_sends, once, resolve_target
 from .asking import open_ask, pending_rows
+from .authority import refuse_non_agent
 from .dedup import fingerprint
 from .forwarding import forward, to_broker
 from .params import tool_params, turn_of
@@ -100,6 +101,7 @@ def supervisor(state: State, session: Session, env: dict, re: str | None, now: f
         parent = state.registry.by_id.get(session.parent_id)
         if parent is None:
             raise BusError("peer_disconnected", name="The supervisor")
+        refuse_non_agent(state, session, parent.id, parent)   # as for any other target
         open_ask(state, session, parent, re, message, attachments, params.get("timeout"),
                  now, supervisor=True)
 

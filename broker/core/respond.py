@@ -7,7 +7,8 @@ and published on PUB under ``channel:<channel id>``, the same envelope both ways
 Invariants:
 
 * an output to any channel other than the caller's own is never final;
-* a respond by draft reference goes only to the caller's own channel;
+* a respond by draft reference names ``current`` (so goes only to the caller's own
+  channel): not ``last``, not a channel id, not even the caller's own;
 * the answer's ``sent: true`` means the broker handed the output to those two paths,
   not that anyone read it; a receipt is the ``output_acked`` event, sent to the
   responding session when the channel's side acknowledges the answer's ``outputId``
@@ -38,10 +39,13 @@ def respond(state: State, session: Session, env: dict, re: str, now: float) -> N
     invalid_attachment | attachments_unsupported)."""
     caller = caller_conversation(state, session, "respond")
     conversations = state.conversations
-    channel = resolve(conversations, caller, env.get("channel") or CURRENT)
+    requested = env.get("channel") or CURRENT
     draft = env.get("draft")
-    if draft is not None and channel != caller.channel:
-        raise BusError("draft_not_current", channel=channel)
+    if draft is not None and requested != CURRENT:
+        # The alias itself, not where it resolves: "last" or the caller's own id may
+        # name this channel now, yet only "current" carries a draft of this turn.
+        raise BusError("draft_not_current", channel=requested)
+    channel = resolve(conversations, caller, requested)
     attachments = check_attachments(channel, env.get("attachments"))
     final = env.get("final", True) is not False and channel == caller.channel
     output_id = state.new_id()

@@ -47,6 +47,7 @@ class Session:
     agent: str | None = None
     atomic_session_id: str | None = None
     parent_id: str | None = None
+    instance: str | None = None             # the client's per-process nonce (see connect.hello)
     binding: StageBinding | None = None     # set once a stage session is bound
     status: str = IDLE
     status_suffix: str | None = None

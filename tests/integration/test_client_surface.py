@@ -71,6 +71,24 @@ def test_live_id_is_not_given_to_a_second_registration(broker):
         assert copy.id != holder.id
 
 
+def test_a_second_client_with_the_same_identity_entry_gets_a_fresh_id_and_the_first_keeps_receiving(broker):
+    entries = []
+    with open_session(broker, "worker", history=entries.append) as first, \
+            open_session(broker, "sender") as sender:
+        (identity,) = [e for e in entries if e["type"] == "intercom_session_identity"]
+        with open_session(broker, "worker", identity=identity) as second:
+            assert second.id != first.id
+            assert second.welcome["reclaimed"] is False
+            assert second.welcome["reason"] == "a live session holds that id"
+
+            answer = sender.intercom(action="send", to=first.id, message="for the first")
+
+            assert answer["ok"] and answer["delivered"] is True, answer
+            assert first.receive(timeout=10)["message"] == "for the first"
+            assert first.connected and first.intercom(action="status")["ok"]
+            assert second.receive(timeout=0) is None
+
+
 def test_client_enforces_configured_max_pending_asks(broker):
     with open_session(broker, "alice", config=Config(maxPendingAsks=2)) as alice, \
             open_session(broker, "bob"):

@@ -220,6 +220,22 @@ def test_draft_references_only_in_their_turn_only_to_current_only_when_complete(
     assert outputs(other) == [] and outputs(me) == []
 
 
+def test_a_draft_goes_once_and_only_with_channel_current(bus):
+    me = conversation(bus, "lys", f"discord:{unique('c')}")
+    me.begin_turn()
+    draft = me.record_draft("said once", complete=True)
+    drain_events(me)
+    for channel in (me.channel, "last"):     # both name this very conversation
+        assert me.respond(draft=draft, channel=channel)["code"] == "draft_not_current"
+    assert me.respond(draft=draft)["ok"]
+
+    again = me.respond(draft=draft)
+
+    assert again["ok"] is False and again["code"] == "draft_already_sent", again
+    assert [e["content"] for e in outputs(me)] == ["said once"]
+    assert me.end_turn()["recovery"] == "recovered"
+
+
 def test_a_turn_with_an_undelivered_draft_is_kept_pending_then_recovered(bus):
     me = conversation(bus, "lys", f"discord:{unique('c')}")
     me.begin_turn()

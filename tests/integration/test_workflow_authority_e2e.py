@@ -79,6 +79,31 @@ def test_send_to_non_agent_connection_by_id_is_refused(connect):
         assert_refused(send(host, target, "knowing the id"), "non_agent_target")
 
 
+def test_non_agent_connection_gets_no_child_grant(connect):
+    host, run = host_run(connect, NON_AGENT_STAGES)
+    tool = start_stage(connect, run, "lint", name="lint-connection")
+
+    assert_refused(tool.grant_child(), "non_agent_launcher")
+    assert ok(host.grant_child())["grant"]
+
+
+def test_child_of_a_tool_connection_gets_the_non_agent_refusal_from_its_supervisor(connect):
+    # A session that took a child grant as a plain session and then its id back as a
+    # tool node's connection: its child's supervisor ask must not reach it.
+    host, run = host_run(connect, NON_AGENT_STAGES)
+    launcher = connect("launcher")
+    grant = ok(launcher.grant_child())["grant"]
+    identity = {"sessionId": launcher.id, "reclaimSecret": launcher.token}
+    launcher.close()
+    tool = start_stage(connect, run, "lint", name="lint-connection", identity=identity)
+    assert tool.id == identity["sessionId"] and tool.welcome["reclaimed"] is True, tool.welcome
+    child = connect("child", parent=tool.id, grant=grant)
+
+    assert_refused(child.contact_supervisor("which way?", timeout=5), "non_agent_target")
+    sync(tool)
+    assert tool.receive(0) is None
+
+
 def test_patterns_never_deliver_to_non_agent_nodes(connect):
     host, run = host_run(connect, NON_AGENT_STAGES)
     queue(host, path(run, "**"), "to agents only")

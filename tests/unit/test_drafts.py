@@ -161,6 +161,27 @@ def test_a_pending_report_after_a_delivery_shows_that_draft_delivered():
     assert [d["outcome"] for d in report["drafts"]] == ["delivered", "pending"]
 
 
+def test_a_draft_delivered_by_reference_cannot_be_sent_again():
+    t = turns()
+    t.begin()
+    a, _ = t.record("the answer", True)
+    assert t.take(a) == "the answer"
+    t.delivered(a)
+    assert code_of(lambda: t.text_of(a)) == "draft_already_sent"
+    assert code_of(lambda: t.take(a)) == "draft_already_sent"
+    assert [d["outcome"] for d in t.end()["drafts"]] == ["delivered"]
+
+
+def test_a_draft_on_its_way_is_not_taken_twice_and_a_failed_send_releases_it():
+    t = turns()
+    t.begin()
+    a, _ = t.record("the answer", True)
+    t.take(a)
+    assert code_of(lambda: t.take(a)) == "draft_already_sent"
+    t.release(a)
+    assert t.take(a) == "the answer"
+
+
 def test_a_report_lists_the_latest_drafts_the_broker_keeps_and_all_stay_sendable():
     t = turns()
     t.begin()

@@ -235,3 +235,12 @@ def test_a_draft_may_go_only_to_the_current_channel_and_its_id_is_in_the_answer(
     bus.hello("b", agent="lys", channel="discord:2")
     assert refusal(respond(bus, b"a", "text", draft="d1", channel="discord:2")) == "draft_not_current"
     assert respond(bus, b"a", "text", draft="d1")["draft"] == "d1"
+
+
+@pytest.mark.parametrize("channel", ["discord:1", "last"])
+def test_a_draft_is_refused_on_any_channel_but_current_even_one_naming_the_callers_own(channel):
+    bus = agent_bus()
+    bus.hello("a", agent="lys", channel="discord:1")
+    assert respond(bus, b"a", channel=channel)["channel"] == "discord:1"   # it does name it
+    assert refusal(respond(bus, b"a", "text", draft="d1", channel=channel)) == "draft_not_current"
+    assert outputs(bus, b"a") == [] and published(bus) == []

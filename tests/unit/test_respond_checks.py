@@ -29,6 +29,12 @@ def test_plain_content_and_a_draft_reference_pass():
     assert check(content="", channel="discord:1|2", final=False) is None
 
 
+@pytest.mark.parametrize("channel", ["last", "owner", "discord:1|2", "internal:me"])
+def test_a_draft_goes_only_with_channel_current(channel):
+    assert check(draft="draft-1", channel=channel)["code"] == "draft_not_current"
+    assert check(content="text", channel=channel) is None
+
+
 @pytest.mark.parametrize("content, draft", [(None, None), ("text", "draft-1")])
 def test_exactly_one_of_content_or_draft(content, draft):
     problem = check(content=content, draft=draft)

@@ -248,6 +248,46 @@ def test_a_refused_reclaim_of_a_live_id_says_why():
     assert other["reclaimed"] is False and other["reason"] == "a live session holds that id"
 
 
+# -- one identity entry, two processes: the client's instance nonce tells them apart -----------
+
+def test_a_second_process_presenting_a_live_identity_gets_a_fresh_id_and_the_first_keeps_it():
+    bus = Bus()
+    first = bus.hello("alice", instance="process-1")
+    bus.hello("bob")
+
+    second = bus.hello("alice", identity=b"alice-copy", instance="process-2",
+                       sessionId=first["sessionId"], token=first["token"])
+
+    assert second["sessionId"] != first["sessionId"] and second["token"] != first["token"]
+    assert second["reclaimed"] is False and second["reason"] == "a live session holds that id"
+    assert bus.call(b"bob", "send", to=first["sessionId"], message="still you?")["delivered"]
+    assert [m["message"] for m in bus.sends(b"alice", "msg")] == ["still you?"]
+    assert bus.sends(b"alice-copy", "msg") == []
+    assert bus.call(b"alice", "status")["ok"]
+
+
+def test_the_same_client_on_a_new_connection_keeps_its_id():
+    bus = Bus()
+    first = bus.hello("alice", instance="process-1")
+    again = bus.hello("alice", identity=b"alice-2", instance="process-1",
+                      sessionId=first["sessionId"], token=first["token"])
+    assert again["sessionId"] == first["sessionId"] and "reclaimed" not in again
+    assert bus.call(b"alice", "status")["code"] == "not_connected"
+
+
+def test_another_process_takes_over_a_holder_gone_silent():
+    bus = Bus(liveness_s=3.0)
+    first = bus.hello("alice", instance="process-1")
+    bus.now += 3.5          # silent past liveness; the next sweep has not run yet
+    back = bus.hello("alice", identity=b"alice-2", instance="process-2",
+                     sessionId=first["sessionId"], token=first["token"])
+    assert back["sessionId"] == first["sessionId"]
+    # It is the holder now: its own reconnects keep the id, the old process's do not.
+    old = bus.hello("alice", identity=b"alice-3", instance="process-1",
+                    sessionId=first["sessionId"], token=first["token"])
+    assert old["sessionId"] != first["sessionId"] and old["reclaimed"] is False
+
+
 def test_reconnect_after_restart_restores_listed_memberships():
     bus = Bus()
     first = bus.hello("alice", homeGroup="home")
