@@ -14,6 +14,8 @@ Invariants (tested in tests/unit/test_mcp_inbox.py):
   however many arrive before the next result);
 * :meth:`take` returns messages in the order :meth:`arrived` saw them;
 * a copy of an id already seen (held or handed over) is refused by :meth:`arrived`;
+* :attr:`Handover.current` is the newest message handed over (the model's current
+  turn: what a ``reply`` with no ``replyTo`` answers), never one not yet handed over;
 * a push (:func:`push_for`, a ``notifications/claude/channel`` the host may or may
   not show) changes nothing here: it is not a receipt.
 
@@ -50,6 +52,7 @@ class Handover:
         self._arrived = 0
         self._handed_over = 0
         self._copies = 0
+        self.current: dict | None = None      # the newest message handed over
 
     def __len__(self) -> int:
         return len(self._held)
@@ -74,6 +77,8 @@ class Handover:
         taken = list(self._held)
         self._held.clear()
         self._handed_over += len(taken)
+        if taken:
+            self.current = taken[-1]
         return taken
 
     def statistics(self) -> HandoverStatistics:

@@ -166,6 +166,12 @@ class Bridge:
         return {"ok": True, "messages": self.handover.take()}
 
     async def _intercom(self, ctx: Any, args: dict) -> dict:
+        current = self.handover.current
+        if (args.get("action") == "reply" and current is not None
+                and not {"replyTo", "to"} & set(args)):
+            # The model's current turn is the newest message it was shown, not the
+            # newest this process took off the bus (the session's own idea of it).
+            args["replyTo"] = current["id"]
         return await self._blocking(ctx, lambda: self.session.intercom(**args))
 
     async def _respond(self, ctx: Any, args: dict) -> dict:

@@ -221,3 +221,78 @@ def test_a_push_tells_of_each_message_and_is_no_receipt(bus, home):
             assert seen == [sent]
 
     run(scenario())
+
+
+def test_a_reply_without_reply_to_answers_the_newest_message_the_model_was_shown(bus, home):
+    first_asker, second_asker = bus.connect("first"), bus.connect("second")
+    name = unique("m")
+    pushes: asyncio.Queue = asyncio.Queue()
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        async with mcp_client(home, name, *flags(bus),
+                              on_push=lambda p: loop.call_soon_threadsafe(pushes.put_nowait, p)
+                              ) as session:
+            first = asyncio.create_task(asyncio.to_thread(
+                first_asker.intercom, action="ask", to=name, message="first?", timeout=30))
+            shown, _ = await call(session, "wait", timeout_s=15)
+            assert [m["message"] for m in shown["messages"]] == ["first?"]
+            await asyncio.wait_for(pushes.get(), 15)
+            second = asyncio.create_task(asyncio.to_thread(
+                second_asker.intercom, action="ask", to=name, message="second?", timeout=30))
+            # Taken off the bus (its push came), not yet shown to the model.
+            push = await asyncio.wait_for(pushes.get(), 15)
+            assert "second?" in push.content
+            replied, error = await call(session, "intercom", action="reply", message="to first")
+            assert not error, replied
+            answer = await asyncio.wait_for(first, 15)
+            assert answer["ok"] and answer["message"] == "to first"
+            ask = replied["inbox"][0]
+            await call(session, "intercom", action="reply", replyTo=ask["id"], message="to second")
+            assert (await asyncio.wait_for(second, 15))["message"] == "to second"
+
+    run(scenario())
+
+
+def test_an_ask_reports_progress_while_it_waits(bus, home):
+    bus.connect("silent")
+    reports: list[float] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        reports.append(done)
+
+    async def scenario():
+        async with mcp_client(home, unique("m"), *flags(bus)) as session:
+            result = await asyncio.wait_for(session.call_tool(
+                "intercom", {"action": "ask", "to": "silent", "message": "?", "timeout": 6},
+                progress_callback=progress), 30)
+            assert result.is_error and json.loads(result.content[0].text)["code"] == "ask_timeout"
+
+    run(scenario())
+    assert reports
+
+
+def test_the_server_exits_when_stdin_closes_during_an_ask(bus, home):
+    bus.connect("silent")
+    proc = subprocess.Popen(server_command(unique("m"), *flags(bus)), cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL,
+                            env=child_env(home, INTERCOM_DATA_DIR=str(home / "data")))
+    try:
+        lines = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "intercom", "arguments": {"action": "ask", "to": "silent",
+                                                  "message": "?", "timeout": 600}}}]
+        proc.stdin.write(b"".join((json.dumps(line) + "\n").encode() for line in lines))
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        proc.stdin.close()
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

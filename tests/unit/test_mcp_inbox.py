@@ -77,3 +77,16 @@ def test_a_push_cuts_a_long_text():
     push = push_for(msg(1, message="x" * (PUSH_PREVIEW_CHARS + 10)))
     assert "x" * PUSH_PREVIEW_CHARS + " [...]" in push["content"]
     assert "x" * (PUSH_PREVIEW_CHARS + 1) not in push["content"]
+
+
+def test_the_current_turn_is_the_newest_message_handed_over_not_one_held():
+    handover = Handover()
+    assert handover.current is None
+    handover.arrived(msg(0))
+    handover.arrived(msg(1))
+    assert handover.current is None
+    handover.take()
+    handover.arrived(msg(2))
+    assert handover.current["id"] == "m1"
+    handover.take()
+    assert handover.current["id"] == "m2"
