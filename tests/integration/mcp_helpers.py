@@ -8,7 +8,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 
 import pytest
 
@@ -42,12 +42,12 @@ def server_params(home: Path, name: str, *extra: str, **env: str) -> StdioServer
 
 @contextlib.asynccontextmanager
 async def mcp_client(home: Path, name: str, *extra: str,
-                     on_push: Callable[[ChannelParams], Any] | None = None
-                     ) -> AsyncIterator[ClientSession]:
-    """An initialized SDK client session with the server ``name`` (flags ``extra``)."""
+                     pushes: asyncio.Queue | None = None) -> AsyncIterator[ClientSession]:
+    """An initialized SDK client session with the server ``name`` (flags ``extra``);
+    the pushes it gets (ChannelParams) go to ``pushes``."""
     async def pushed(params: ChannelParams) -> None:
-        if on_push is not None:
-            on_push(params)
+        if pushes is not None:
+            pushes.put_nowait(params)
 
     bindings = [NotificationBinding(method=CHANNEL_METHOD, params_type=ChannelParams, handler=pushed)]
     with open(home / f"{name}.stderr", "a") as errlog:

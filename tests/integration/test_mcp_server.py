@@ -109,7 +109,8 @@ def test_wait_returns_an_empty_list_at_its_timeout(bus, home):
     run(scenario())
 
 
-def test_wait_reports_progress_when_asked(bus, home):
+def progress_of(bus, home, tool: str, arguments: dict) -> tuple[list[float], dict]:
+    """The progress reports one call with a progress token got, and its result."""
     reports: list[float] = []
 
     async def progress(done: float, total: float | None, message: str | None) -> None:
@@ -118,10 +119,15 @@ def test_wait_reports_progress_when_asked(bus, home):
     async def scenario():
         async with mcp_client(home, unique("m"), *flags(bus)) as session:
             result = await asyncio.wait_for(session.call_tool(
-                "wait", {"timeout_s": 6}, progress_callback=progress), 30)
-            assert not result.is_error
+                tool, arguments, progress_callback=progress), 30)
+            return json.loads(result.content[0].text)
 
-    run(scenario())
+    return reports, run(scenario())
+
+
+def test_wait_reports_progress_when_asked(bus, home):
+    reports, result = progress_of(bus, home, "wait", {"timeout_s": 6})
+    assert result == {"ok": True, "messages": []}
     assert reports and all(0 < done <= 6.5 for done in reports)
 
 
@@ -205,13 +211,10 @@ def test_no_broker_at_an_explicit_endpoint_refuses_to_start_at_once(home):
 def test_a_push_tells_of_each_message_and_is_no_receipt(bus, home):
     peer = bus.connect("peer")
     name = unique("m")
-    pushes: asyncio.Queue = asyncio.Queue()
 
     async def scenario():
-        loop = asyncio.get_running_loop()
-        async with mcp_client(home, name, *flags(bus),
-                              on_push=lambda p: loop.call_soon_threadsafe(pushes.put_nowait, p)
-                              ) as session:
+        pushes: asyncio.Queue = asyncio.Queue()
+        async with mcp_client(home, name, *flags(bus), pushes=pushes) as session:
             sent = peer.intercom(action="send", to=name, message="ping")["messageId"]
             push = await asyncio.wait_for(pushes.get(), 15)
             assert "peer" in push.content and "ping" in push.content
@@ -226,13 +229,10 @@ def test_a_push_tells_of_each_message_and_is_no_receipt(bus, home):
 def test_a_reply_without_reply_to_answers_the_newest_message_the_model_was_shown(bus, home):
     first_asker, second_asker = bus.connect("first"), bus.connect("second")
     name = unique("m")
-    pushes: asyncio.Queue = asyncio.Queue()
 
     async def scenario():
-        loop = asyncio.get_running_loop()
-        async with mcp_client(home, name, *flags(bus),
-                              on_push=lambda p: loop.call_soon_threadsafe(pushes.put_nowait, p)
-                              ) as session:
+        pushes: asyncio.Queue = asyncio.Queue()
+        async with mcp_client(home, name, *flags(bus), pushes=pushes) as session:
             first = asyncio.create_task(asyncio.to_thread(
                 first_asker.intercom, action="ask", to=name, message="first?", timeout=30))
             shown, _ = await call(session, "wait", timeout_s=15)
@@ -256,19 +256,9 @@ def test_a_reply_without_reply_to_answers_the_newest_message_the_model_was_shown
 
 def test_an_ask_reports_progress_while_it_waits(bus, home):
     bus.connect("silent")
-    reports: list[float] = []
-
-    async def progress(done: float, total: float | None, message: str | None) -> None:
-        reports.append(done)
-
-    async def scenario():
-        async with mcp_client(home, unique("m"), *flags(bus)) as session:
-            result = await asyncio.wait_for(session.call_tool(
-                "intercom", {"action": "ask", "to": "silent", "message": "?", "timeout": 6},
-                progress_callback=progress), 30)
-            assert result.is_error and json.loads(result.content[0].text)["code"] == "ask_timeout"
-
-    run(scenario())
+    reports, result = progress_of(bus, home, "intercom", {"action": "ask", "to": "silent",
+                                                          "message": "?", "timeout": 6})
+    assert result["code"] == "ask_timeout"
     assert reports
 
 
