@@ -16,6 +16,10 @@ Invariants (tested in tests/unit/test_mcp_inbox.py):
 * a copy of an id already seen (held or handed over) is refused by :meth:`arrived`;
 * :attr:`Handover.current` is the newest message handed over (the model's current
   turn: what a ``reply`` with no ``replyTo`` answers), never one not yet handed over;
+* :attr:`Handover.full` once the messages held reach ``limit_bytes`` (counted as the
+  client's inbox counts them): the server then stops taking messages off the bus
+  until a result takes these, so the session's own inbox fills and its transport
+  stops reading: a model that never calls a tool costs bounded memory;
 * a push (:func:`push_for`, a ``notifications/claude/channel`` the host may or may
   not show) changes nothing here: it is not a receipt.
 
@@ -27,6 +31,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 from typing import Any
+
+from .inbox import DEFAULT_LIMIT_BYTES, message_size
 
 # Ids handed over or held, remembered to refuse a copy: as the client's own inbox,
 # two generations so the memory stays bounded.
@@ -45,7 +51,9 @@ class HandoverStatistics:
 class Handover:
     """Messages waiting for a tool result, in arrival order."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit_bytes: int = DEFAULT_LIMIT_BYTES) -> None:
+        self.limit_bytes = limit_bytes
+        self.size = 0                         # message_size() of the messages held
         self._held: collections.deque[dict] = collections.deque()
         self._young: set[str] = set()
         self._old: set[str] = set()
@@ -69,13 +77,20 @@ class Handover:
             if len(self._young) >= RECENT_IDS // 2:
                 self._old, self._young = self._young, set()
         self._held.append(msg)
+        self.size += message_size(msg)
         self._arrived += 1
         return True
+
+    @property
+    def full(self) -> bool:
+        """Take no more off the bus until the next :meth:`take`."""
+        return self.size >= self.limit_bytes
 
     def take(self) -> list[dict]:
         """Every message held, oldest first; they are handed over and never returned again."""
         taken = list(self._held)
         self._held.clear()
+        self.size = 0
         self._handed_over += len(taken)
         if taken:
             self.current = taken[-1]

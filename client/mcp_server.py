@@ -96,17 +96,23 @@ class Bridge:
         self._peer_known = asyncio.Event()
         self._threads = ThreadPoolExecutor(max_workers=32, thread_name_prefix="mcp-call")
         self._stop = threading.Event()
+        self._room = threading.Event()       # clear while the hand-over is full
+        self._room.set()
 
     # -- arrivals (the receiving thread hands each message to the loop) --------------
 
     def receive_forever(self, loop: asyncio.AbstractEventLoop) -> None:
         while not self._stop.is_set():
+            if not self._room.wait(RECEIVE_POLL_S):
+                continue
             msg = self.session.receive(RECEIVE_POLL_S)
             if msg is not None:
                 loop.call_soon_threadsafe(self._arrived, msg)
 
     def _arrived(self, msg: dict) -> None:
         if self.handover.arrived(msg):
+            if self.handover.full:
+                self._room.clear()
             self._arrival.set()
             if self.push:
                 self._pushes.put_nowait(push_for(msg))
@@ -143,7 +149,7 @@ class Bridge:
         if not (params.name == "wait" and result.get("ok")):
             # Last step, no await after it: what is taken here reaches the model.
             # (wait's own answer hands its messages over in ``messages``.)
-            result = {**result, "inbox": self.handover.take()}
+            result = {**result, "inbox": self._hand_over()}
         text = json.dumps(result, ensure_ascii=False, default=str)
         return types.CallToolResult(content=[types.TextContent(text=text)],
                                     is_error=not result.get("ok"))
@@ -163,7 +169,12 @@ class Bridge:
                 await asyncio.wait_for(self._arrival.wait(), min(left, PROGRESS_S))
             except asyncio.TimeoutError:
                 await ctx.session.report_progress(time.monotonic() - started, timeout, "waiting")
-        return {"ok": True, "messages": self.handover.take()}
+        return {"ok": True, "messages": self._hand_over()}
+
+    def _hand_over(self) -> list[dict]:
+        taken = self.handover.take()
+        self._room.set()
+        return taken
 
     async def _intercom(self, ctx: Any, args: dict) -> dict:
         current = self.handover.current

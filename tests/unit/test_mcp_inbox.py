@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
+from client.inbox import MESSAGE_OVERHEAD_BYTES
 from client.mcp_inbox import PUSH_PREVIEW_CHARS, RECENT_IDS, Handover, push_for
 
 
@@ -90,3 +91,14 @@ def test_the_current_turn_is_the_newest_message_handed_over_not_one_held():
     assert handover.current["id"] == "m1"
     handover.take()
     assert handover.current["id"] == "m2"
+
+
+def test_the_handover_is_full_at_its_limit_until_a_take():
+    handover = Handover(limit_bytes=MESSAGE_OVERHEAD_BYTES * 3)
+    for i in range(2):
+        handover.arrived(msg(i, message=""))
+    assert not handover.full
+    handover.arrived(msg(2, message=""))
+    assert handover.full and handover.size == MESSAGE_OVERHEAD_BYTES * 3
+    handover.take()
+    assert not handover.full and handover.size == 0
