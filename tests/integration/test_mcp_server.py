@@ -7,11 +7,14 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import time
 
 import pytest
+
+from client.autostart import PID_FILE
 
 from .conftest import ROOT, child_env, make_tmp, unique
 from .mcp_helpers import call, mcp_client, run, server_command
@@ -195,6 +198,22 @@ def test_a_restarted_server_with_the_same_name_gets_its_session_id_back(bus, hom
     history = home / "data" / "mcp" / f"{name}.jsonl"
     assert stat.S_IMODE(os.stat(history).st_mode) == 0o600
     assert run(session_id()) == first
+
+
+def test_with_no_endpoint_the_server_starts_the_data_directory_broker(home):
+    async def scenario():
+        async with mcp_client(home, unique("m")) as session:
+            status, error = await call(session, "intercom", action="status")
+            assert not error and status["connected"]
+            return int((home / "data" / PID_FILE).read_text())
+
+    pid = None
+    try:
+        pid = run(scenario())
+        assert b"broker" in open(f"/proc/{pid}/cmdline", "rb").read()
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_no_broker_at_an_explicit_endpoint_refuses_to_start_at_once(home):
