@@ -3,7 +3,8 @@
 ``tail`` follows presence on the broker's PUB socket (``tail --channel ID``: the
 outputs posted to one channel); ``list``, ``groups``, ``status``, ``send`` and ``ask``
 run one intercom call and print the result as JSON; ``sessions --agent A`` lists an
-agent's conversations. Everything that only looks (``list``, ``groups``, ``status``,
+agent's conversations; ``mcp`` serves MCP over stdio as one bus session (see
+:mod:`client.mcp_server`). Everything that only looks (``list``, ``groups``, ``status``,
 ``sessions``, and ``tail``'s question for the PUB endpoint) uses a control connection
 (see broker.core.control): it is listed to nobody, announces no presence and consumes
 nothing. ``send`` and ``ask`` still open a short-lived session of their own.
@@ -178,7 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     p_sessions.add_argument("--agent", required=True)
     p_sessions.add_argument("--channel", help="only this conversation's row (read-only: "
                             "nothing is joined or consumed)")
+    p_mcp = sub.add_parser("mcp", help="serve MCP over stdio: this process is one bus session")
+    p_mcp.add_argument("--name", required=True, help="the session's name")
+    p_mcp.add_argument("--endpoint", default=argparse.SUPPRESS, help="broker ROUTER endpoint "
+                       "(default: $INTERCOM_ENDPOINT, else the data directory's, started if none runs)")
+    p_mcp.add_argument("--group", help="home group")
+    p_mcp.add_argument("--agent", help="be a conversation of this agent (respond, invoke)")
+    p_mcp.add_argument("--channel", help="with --agent: the conversation's channel id")
+    p_mcp.add_argument("--history-file", help="history JSON lines (default <data dir>/mcp/NAME.jsonl)")
+    p_mcp.add_argument("--no-push", action="store_true",
+                       help="send no notifications/claude/channel pushes")
     args = parser.parse_args(argv)
+    if args.command == "mcp":
+        from .mcp_server import main as serve_mcp   # the optional 'mcp' extra
+        return serve_mcp(args)
     try:
         curve = (keys.from_directory(args.curve_dir, args.curve_client) if args.curve_dir
                  else keys.resolve())

@@ -42,6 +42,7 @@ _TABLE = [
     ErrorSpec("invalid_endpoint", "request", "{detail}"),
     ErrorSpec("request_too_large", "request", "Request of {size} bytes exceeds the broker's limit of {limit} bytes; send less text or fewer attachments"),
     ErrorSpec("unknown_action", "request", "Unknown action {action!r}"),
+    ErrorSpec("unknown_tool", "request", "Unknown tool {tool!r}; this server offers {tools}"),
     ErrorSpec("missing_param", "request", "Action {action!r} requires {param!r}"),
     ErrorSpec("invalid_attachment", "request", "Attachment {index}: {detail}"),
     ErrorSpec("message_too_large", "request", "Message of {size} characters exceeds the limit of {limit}"),

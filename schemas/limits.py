@@ -36,6 +36,8 @@ MAX_RECOVERY_DRAFTS = 64           # drafts one response_recovery row keeps
 HEARTBEAT_S = 1.0                  # client sends a heartbeat this often when idle
 LIVENESS_S = 3.0                   # a session silent this long is gone
 CALL_TIMEOUT_S = 10.0              # client waits this long for a non-ask answer
+WAIT_TIMEOUT_S = 60.0              # the MCP server's wait tool: default timeout_s
+MAX_WAIT_TIMEOUT_S = 300.0         # ... and its largest
 
 # What one client may make the broker hold (each is a flag and a config field; the
 # README's limits table is generated from broker.limits_table).

@@ -2,7 +2,8 @@
 
 ``validate`` checks a parameter dict against one of them with the small subset of
 JSON Schema these use (type, enum, required, properties, additionalProperties,
-items, minLength, maxLength, maxItems, minimum, exclusiveMinimum, oneOf-by-required).
+items, minLength, maxLength, maxItems, minimum, maximum, exclusiveMinimum,
+oneOf-by-required).
 It returns the first problem as a sentence, or None.
 """
 
@@ -11,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from .limits import (ALT_TEXT_CHARS, MAX_ATTACHMENT_CHARS, MAX_ATTACHMENTS, MAX_CHANNEL_CHARS,
-                     MAX_GROUP_CHARS, MAX_MESSAGE_CHARS, MAX_REASON_CHARS, MAX_TARGET_CHARS)
+                     MAX_GROUP_CHARS, MAX_MESSAGE_CHARS, MAX_REASON_CHARS, MAX_TARGET_CHARS,
+                     MAX_WAIT_TIMEOUT_S, WAIT_TIMEOUT_S)
 
 INTERCOM_ACTIONS = ("list", "groups", "join", "leave", "send", "ask", "reply", "pending", "status")
 
@@ -84,7 +86,20 @@ INVOKE_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-TOOL_SCHEMAS = {"intercom": INTERCOM_SCHEMA, "respond": RESPOND_SCHEMA, "invoke": INVOKE_SCHEMA}
+WAIT_SCHEMA: dict[str, Any] = {
+    "title": "wait",
+    "description": "Wait for messages to this session: returns as soon as at least one is "
+                   "there (all of them, oldest first), or an empty list at the timeout.",
+    "type": "object",
+    "properties": {
+        "timeout_s": {"type": "number", "minimum": 0, "maximum": MAX_WAIT_TIMEOUT_S,
+                      "description": f"seconds to wait (default {WAIT_TIMEOUT_S:g})"},
+    },
+    "additionalProperties": False,
+}
+
+TOOL_SCHEMAS = {"intercom": INTERCOM_SCHEMA, "respond": RESPOND_SCHEMA, "invoke": INVOKE_SCHEMA,
+                "wait": WAIT_SCHEMA}
 
 _TYPES = {
     "object": dict, "array": list, "string": str, "boolean": bool,
@@ -118,6 +133,8 @@ def validate(schema: dict[str, Any], value: Any, where: str = "") -> str | None:
             return f"{label} must be greater than {schema['exclusiveMinimum']}"
         if "minimum" in schema and value < schema["minimum"]:
             return f"{label} must be at least {schema['minimum']}"
+        if "maximum" in schema and value > schema["maximum"]:
+            return f"{label} must be at most {schema['maximum']:g}"
     if isinstance(value, list):
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             return f"{label} has more than {schema['maxItems']} items"

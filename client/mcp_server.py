@@ -1,0 +1,266 @@
+"""``python -m client mcp``: one MCP server over stdio is one bus session.
+
+An MCP host (Claude Code, Codex, ...) starts this process and speaks JSON-RPC on its
+stdin and stdout (the official SDK's low-level server; stdout carries nothing else,
+logs go to stderr). The bus session is opened before serving (a broker that cannot be
+reached is refused with one line on stderr and exit status 2) and closed when the
+host closes stdin; the process then exits, so no orphan holds the session or takes
+its mail.
+
+Delivery (see :mod:`client.mcp_inbox`): a thread takes every inbound message off the
+session as it comes; each is handed to the model exactly once, by ``wait`` or in the
+``inbox`` field of any other tool's result. The handed-over list is taken as the
+very last step of a handler (no await after it), so a cancelled call hands nothing
+over. Unless ``--no-push``, each arrival is also pushed as
+``notifications/claude/channel`` (declared as the experimental capability
+``claude/channel``); a push is not a receipt.
+
+Tool calls that block (``intercom`` and the others run on worker threads; ``wait``
+on the event loop) report ``notifications/progress`` every PROGRESS_S when the
+request carried a progress token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Literal
+from urllib.parse import quote
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from schemas.errors import error_reply
+from schemas.limits import WAIT_TIMEOUT_S
+from schemas.paths import data_dir, ensure_data_dir
+from schemas.tools import INTERCOM_SCHEMA, INVOKE_SCHEMA, RESPOND_SCHEMA, WAIT_SCHEMA, validate
+
+from .connecting import Client
+from .history import read_identity
+from .mcp_inbox import Handover, push_for
+from .session import ConnectError, Session
+
+CHANNEL_CAPABILITY = "claude/channel"
+CHANNEL_METHOD = "notifications/claude/channel"
+PROGRESS_S = 5.0          # progress at least this often on a long call (hosts ask for <= 10 s)
+RECEIVE_POLL_S = 0.25     # the receiving thread looks for the stop flag this often
+_log = logging.getLogger("intercom.mcp")
+
+
+class ChannelNotification(types.Notification[dict[str, Any], Literal["notifications/claude/channel"]]):
+    """A push: ``{"content", "meta"}`` (see :func:`client.mcp_inbox.push_for`)."""
+
+    method: Literal["notifications/claude/channel"] = CHANNEL_METHOD
+
+
+def history_path(name: str, override: str | None) -> Path:
+    """Where the server keeps its history (identity entries with the reclaim secret):
+    ``--history-file``, else ``<data dir>/mcp/<NAME>.jsonl`` (the name quoted, so any
+    session name is one file name and two names never share a file)."""
+    if override:
+        return Path(override).expanduser()
+    folder = ensure_data_dir(data_dir() / "mcp")
+    return folder / f"{quote(name, safe='')}.jsonl"
+
+
+def tool_list(with_agent: bool) -> list[types.Tool]:
+    schemas = [INTERCOM_SCHEMA, WAIT_SCHEMA] + ([RESPOND_SCHEMA, INVOKE_SCHEMA] if with_agent else [])
+    return [types.Tool(name=s["title"], description=s["description"],
+                       input_schema={k: v for k, v in s.items() if k not in ("title", "description")})
+            for s in schemas]
+
+
+class Bridge:
+    """The tools, the hand-over and the pushes of one server process (event-loop side)."""
+
+    def __init__(self, session: Session, *, push: bool, with_agent: bool) -> None:
+        self.session = session
+        self.handover = Handover()
+        self.push = push
+        self.tools = tool_list(with_agent)
+        self._calls: dict[str, Callable[[Any, dict], Awaitable[dict]]] = {
+            "intercom": self._intercom, "wait": self._wait}
+        if with_agent:
+            self._calls.update(respond=self._respond, invoke=self._invoke)
+        self._arrival = asyncio.Event()
+        self._pushes: asyncio.Queue[dict] = asyncio.Queue()
+        self._peer: Any = None               # the host connection, for pushes
+        self._peer_known = asyncio.Event()
+        self._threads = ThreadPoolExecutor(max_workers=32, thread_name_prefix="mcp-call")
+        self._stop = threading.Event()
+        self._room = threading.Event()       # clear while the hand-over is full
+        self._room.set()
+
+    # -- arrivals (the receiving thread hands each message to the loop) --------------
+
+    def receive_forever(self, loop: asyncio.AbstractEventLoop) -> None:
+        while not self._stop.is_set():
+            if not self._room.wait(RECEIVE_POLL_S):
+                continue
+            msg = self.session.receive(RECEIVE_POLL_S)
+            if msg is not None:
+                loop.call_soon_threadsafe(self._arrived, msg)
+
+    def _arrived(self, msg: dict) -> None:
+        if self.handover.arrived(msg):
+            if self.handover.full:
+                self._room.clear()
+            self._arrival.set()
+            if self.push:
+                self._pushes.put_nowait(push_for(msg))
+
+    async def send_pushes(self) -> None:
+        await self._peer_known.wait()
+        while True:
+            params = await self._pushes.get()
+            await self._peer.send_notification(ChannelNotification(params=params))
+
+    def know_peer(self, ctx: Any) -> None:
+        # The per-request session proxy whose standalone channel reaches the host.
+        if self._peer is None:
+            self._peer = ctx.session
+            self._peer_known.set()
+
+    # -- the MCP handlers --------------------------------------------------------------
+
+    async def on_initialized(self, ctx: Any, params: Any) -> None:
+        self.know_peer(ctx)
+
+    async def list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        self.know_peer(ctx)
+        return types.ListToolsResult(tools=self.tools)
+
+    async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        self.know_peer(ctx)
+        call = self._calls.get(params.name)
+        if call is None:
+            result = error_reply("unknown_tool", tool=params.name,
+                                 tools=", ".join(sorted(self._calls)))
+        else:
+            result = await call(ctx, dict(params.arguments or {}))
+        if not (params.name == "wait" and result.get("ok")):
+            # Last step, no await after it: what is taken here reaches the model.
+            # (wait's own answer hands its messages over in ``messages``.)
+            result = {**result, "inbox": self._hand_over()}
+        text = json.dumps(result, ensure_ascii=False, default=str)
+        return types.CallToolResult(content=[types.TextContent(text=text)],
+                                    is_error=not result.get("ok"))
+
+    # -- the tools ---------------------------------------------------------------------
+
+    async def _wait(self, ctx: Any, args: dict) -> dict:
+        problem = validate(WAIT_SCHEMA, args)
+        if problem:
+            return error_reply("invalid_params", detail=problem)
+        timeout = float(args.get("timeout_s", WAIT_TIMEOUT_S))
+        started = time.monotonic()
+        deadline = started + timeout
+        while not len(self.handover) and (left := deadline - time.monotonic()) > 0:
+            self._arrival.clear()
+            try:
+                await asyncio.wait_for(self._arrival.wait(), min(left, PROGRESS_S))
+            except asyncio.TimeoutError:
+                await ctx.session.report_progress(time.monotonic() - started, timeout, "waiting")
+        return {"ok": True, "messages": self._hand_over()}
+
+    def _hand_over(self) -> list[dict]:
+        taken = self.handover.take()
+        self._room.set()
+        return taken
+
+    async def _intercom(self, ctx: Any, args: dict) -> dict:
+        current = self.handover.current
+        if (args.get("action") == "reply" and current is not None
+                and not {"replyTo", "to"} & set(args)):
+            # The model's current turn is the newest message it was shown, not the
+            # newest this process took off the bus (the session's own idea of it).
+            args["replyTo"] = current["id"]
+        return await self._blocking(ctx, lambda: self.session.intercom(**args))
+
+    async def _respond(self, ctx: Any, args: dict) -> dict:
+        problem = validate(RESPOND_SCHEMA, args)
+        if problem:
+            return error_reply("invalid_params", detail=problem)
+        return await self._blocking(ctx, lambda: self.session.respond(**args))
+
+    async def _invoke(self, ctx: Any, args: dict) -> dict:
+        problem = validate(INVOKE_SCHEMA, args)
+        if problem:
+            return error_reply("invalid_params", detail=problem)
+        return await self._blocking(ctx, lambda: self.session.invoke(**args))
+
+    async def _blocking(self, ctx: Any, call: Callable[[], dict]) -> dict:
+        """Run a blocking session call on a worker thread, reporting progress meanwhile."""
+        started = time.monotonic()
+        future = asyncio.get_running_loop().run_in_executor(self._threads, call)
+        while True:
+            done, _ = await asyncio.wait({future}, timeout=PROGRESS_S)
+            if done:
+                return future.result()
+            await ctx.session.report_progress(time.monotonic() - started, None, "waiting for the bus")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+async def serve(session: Session, *, push: bool, with_agent: bool) -> None:
+    """Serve MCP on stdio until the host closes stdin."""
+    bridge = Bridge(session, push=push, with_agent=with_agent)
+    server = Server("intercom", version="0.1.0", on_list_tools=bridge.list_tools,
+                    on_call_tool=bridge.call_tool,
+                    instructions="You are a session on the Intercom bus. Messages to you "
+                                 "arrive in the 'inbox' field of every tool result, or "
+                                 "from the wait tool; each is shown to you once.")
+    server.add_notification_handler("notifications/initialized", types.NotificationParams,
+                                    bridge.on_initialized)
+    options = server.create_initialization_options(
+        experimental_capabilities={CHANNEL_CAPABILITY: {}})
+    loop = asyncio.get_running_loop()
+    receiver = threading.Thread(target=bridge.receive_forever, args=(loop,), daemon=True,
+                                name="mcp-receive")
+    receiver.start()
+    pusher = asyncio.create_task(bridge.send_pushes())
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, options)
+    finally:
+        pusher.cancel()
+        bridge.stop()
+        await asyncio.to_thread(receiver.join, 2 * RECEIVE_POLL_S + 1.0)
+
+
+def main(args: Any) -> int:
+    """The ``mcp`` subcommand: returns the exit status."""
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.channel is not None and args.agent is None:
+        print("client mcp: --channel needs --agent", file=sys.stderr)
+        return 2
+    try:
+        path = history_path(args.name, args.history_file)
+        identity = read_identity(path)
+        session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.group,
+                                 agent=args.agent, channel=args.channel, identity=identity,
+                                 history_file=path)
+    except ConnectError as exc:
+        print(f"client mcp: {exc.code}: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"client mcp: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(session, push=not args.no_push, with_agent=args.agent is not None))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        session.close()
+    return 0
