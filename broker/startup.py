@@ -51,19 +51,26 @@ DB_SUFFIXES = ("", "-wal", "-shm")   # the database file and SQLite's WAL compan
 
 
 def own_database(path: Path, insecure: bool, warnings: list[str]) -> list[str]:
-    """Make the database at ``path`` owner-only (0600) before SQLite opens it, wherever
+    """Make sure the database at ``path`` is owner-only before SQLite opens it, wherever
     it lives (``--db`` may be outside the data directory): it holds the grant key,
     drafts and recovered responses. Returns one note per file it tightened.
 
     A missing file is created 0600 whatever the umask; SQLite gives the ``-wal`` and
     ``-shm`` files it creates the database file's mode. A file (or ``-wal``/``-shm``)
-    that others may read or write, left so by an older broker or a copy, is tightened
-    to 0600. One that cannot be tightened (another user's file) stops the start, unless
-    ``--insecure`` (then a warning is added to ``warnings``)."""
+    whose mode lets others read or write it:
+
+    * in a directory others cannot enter (the data directory is 0700: an older broker
+      left its files 0644 there), nobody else could reach it: it is made 0600 and noted;
+    * in a directory others can enter, it was exposed: the start stops with one line
+      saying what to do, unless ``--insecure`` (then it is used as it is and a warning
+      is added to ``warnings``).
+
+    Raises StartupError."""
     try:
         os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     except OSError:
         return []    # the store's own open names the problem (directory, read-only ...)
+    hidden = not stat.S_IMODE(os.stat(path.parent).st_mode) & 0o011
     notes = []
     for name in (f"{path}{suffix}" for suffix in DB_SUFFIXES):
         try:
@@ -72,16 +79,18 @@ def own_database(path: Path, insecure: bool, warnings: list[str]) -> list[str]:
             continue
         if not mode & 0o077:
             continue
+        problem = f"database file {name} is open to other users (mode {mode:04o})"
+        if not hidden:
+            if not insecure:
+                raise StartupError(f"{problem} and holds the grant key and drafts; run "
+                                   f"'chmod 600 {path}*', or pass --insecure to accept the risk")
+            warnings.append(f"insecure: {problem}")
+            continue
         try:
             os.chmod(name, mode & 0o700)
         except OSError as exc:
-            problem = (f"database file {name} is open to other users (mode {mode:04o}) and "
-                       f"cannot be made owner-only: {exc.strerror}")
-            if not insecure:
-                raise StartupError(f"{problem}; make it 0600, or pass --insecure to accept "
-                                   "the risk") from None
-            warnings.append(f"insecure: {problem}")
-            continue
+            raise StartupError(f"{problem} and cannot be made owner-only: {exc.strerror}; "
+                               f"run 'chmod 600 {path}*'") from None
         notes.append(f"database file {name} was mode {mode:04o}; made it {mode & 0o700:04o}")
     return notes
 

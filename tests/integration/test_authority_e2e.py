@@ -19,7 +19,7 @@ from client.__main__ import tail
 from client.history import read_identity
 from client.keys import from_directory
 from tests.conftest import ROOT, start_broker
-from tests.integration.conftest import stop_process
+from tests.integration.conftest import child_env, stop_process
 from tests.integration.workflow_helpers import GRANTS, host_run, new_run_id, ok, path, queue, start_stage
 
 
@@ -338,19 +338,47 @@ def test_a_database_outside_the_data_dir_is_owner_only_with_its_wal_and_shm(shor
         broker.stop()
 
 
-def test_a_database_left_readable_by_others_is_made_owner_only_at_start(short_tmp):
-    elsewhere = short_tmp / "elsewhere"
-    elsewhere.mkdir(mode=0o755)
-    db = elsewhere / "bus.db"
-    (short_tmp / "a").mkdir()
-    (short_tmp / "b").mkdir()
-    first = start_broker(short_tmp / "a", "--db", str(db))
+def _leave_open(short_tmp, db: Path) -> None:
+    """A database that an older broker (or a copy) left readable by others."""
+    (short_tmp / "first").mkdir()
+    first = start_broker(short_tmp / "first", "--db", str(db))
     with _connect(first.endpoint, "probe"):
         pass
     first.stop()
     for suffix in ("", "-wal", "-shm"):
         if Path(f"{db}{suffix}").exists():
-            os.chmod(f"{db}{suffix}", 0o644)     # as an older broker or a copy left it
+            os.chmod(f"{db}{suffix}", 0o644)
+
+
+def test_a_database_readable_by_others_in_an_open_directory_is_refused_unless_insecure(short_tmp):
+    elsewhere = short_tmp / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    db = elsewhere / "bus.db"
+    _leave_open(short_tmp, db)
+    (short_tmp / "b").mkdir()
+    refused = subprocess.run([sys.executable, "-m", "broker", "--data-dir", str(short_tmp / "b"),
+                              "--db", str(db)], cwd=ROOT,
+                             env=child_env(short_tmp / "b"), capture_output=True, text=True,
+                             timeout=30)
+    assert refused.returncode == 2
+    (line,) = refused.stderr.splitlines()
+    assert str(db) in line and "chmod 600" in line and "--insecure" in line
+    assert _modes(db)[""] == "0o644", "nothing changed by a refused start"
+    broker = start_broker(short_tmp / "b", "--db", str(db), "--insecure")
+    try:
+        with _connect(broker.endpoint, "probe") as probe:
+            warnings = probe.intercom(action="status")["broker"].get("warnings", [])
+        assert any(str(db) in w for w in warnings), warnings
+    finally:
+        broker.stop()
+
+
+def test_a_database_left_readable_in_a_private_directory_is_made_owner_only_at_start(short_tmp):
+    private = short_tmp / "private"
+    private.mkdir(mode=0o700)
+    db = private / "bus.db"
+    _leave_open(short_tmp, db)
+    (short_tmp / "b").mkdir()
     broker = start_broker(short_tmp / "b", "--db", str(db))
     try:
         with _connect(broker.endpoint, "probe"):
