@@ -184,15 +184,15 @@ class Session(ConversationMethods, HostingMethods):
                 self._transport.close(0.5)
                 raise ConnectError("broker_unavailable",
                                    f"no broker answered at {self.endpoint} within {timeout:g} s")
-            refused = self._transport.auth_refused(min(left, 0.1))
+            refused = self._transport.handshakes.refused(min(left, 0.1))
             if refused is not None:
                 self._transport.close(0.5)
                 raise ConnectError("auth_failed", error_text("auth_failed", detail=refused))
             try:
-                result = self._welcome.result(0 if self._transport.auth_monitor else left)
+                result = self._welcome.result(0 if self._transport.handshakes.watching else left)
             except TimeoutError:
                 continue
-        self._transport.end_auth_watch()
+        self._transport.handshakes.end()
         if not result.get("ok"):
             self._transport.close(0.5)
             raise ConnectError(result.get("code", "internal_error"), result.get("error", ""))

@@ -46,11 +46,11 @@ import time
 from typing import Callable
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 from schemas.limits import MAX_INBOUND_FRAME_BYTES
 
 from .protocol import TIMER_INTERVAL_S, ClientProtocol, Inbound, State
+from .handshakes import HandshakeWatch
 from .keys import CurveKeys
 from .replies import FINISHED, PENDING, Reply, resolve
 from .waker import Waker
@@ -68,12 +68,6 @@ _YIELD_EVERY = 256
 # With several endpoints: a hello unanswered this long (after the broker went silent)
 # moves the socket to the next endpoint, in turn.
 FAILOVER_S = 1.0
-# What a connecting client watches on its socket (see Transport.auth_refused), and how
-# many handshakes in a row may fail before it takes that for a refusal (libzmq retries
-# every reconnect interval, 0.1 s at first: about a third of a second).
-_HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH |
-                     zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-_FAILED_HANDSHAKES = 3
 # Frames ZeroMQ queues unread: enough to keep a fast reader busy (a frame carries up
 # to 50 messages), few enough that a paused reader does not hold a backlog itself
 # (a frame may be up to MAX_INBOUND_FRAME_BYTES): the broker holds it instead.
@@ -127,11 +121,8 @@ class Transport:
             sock.curve_serverkey = curve.server_key.encode()
             sock.curve_publickey = curve.public_key.encode()
             sock.curve_secretkey = curve.secret_key.encode()
-        # Until the first handshake succeeds; read only by the thread waiting for the
-        # welcome (see auth_refused): a refused handshake is otherwise silence, as
-        # libzmq retries it.
-        self.auth_monitor: zmq.Socket | None = sock.get_monitor_socket(_HANDSHAKE_EVENTS)
-        self._handshakes_failed = 0
+        # Until the first handshake succeeds (see client.handshakes).
+        self.handshakes = HandshakeWatch(sock, curve is not None, self._detach_monitor)
         sock.connect(endpoint)
         self._sock_open = True
         self._sock_fd = sock.getsockopt(zmq.FD)
@@ -242,56 +233,19 @@ class Transport:
         """From ``on_welcome`` only: say hello again (see ClientProtocol.resync)."""
         self._protocol.resync()
 
-    def auth_refused(self, wait_s: float) -> str | None:
-        """Within ``wait_s``, why the broker refuses our handshake, if it does; once a
-        handshake succeeds, the watch ends (``auth_monitor`` is None) and this answers
-        None at once. Only the thread that waits for the welcome calls this.
+    @property
+    def auth_monitor(self) -> zmq.Socket | None:
+        """The handshake watch's monitor while it watches, else None."""
+        return self.handshakes.monitor
 
-        A refusal the broker names (a key not allowed) or a handshake that breaks the
-        protocol (mechanisms that do not match; libzmq may not retry it) is believed at
-        once. A handshake cut short says little by itself (the broker may have died
-        halfway), but :data:`_FAILED_HANDSHAKES` in a row over connections that each
-        opened, none succeeding, is a broker refusing this client: with a wrong server
-        key, or without CURVE against a CURVE broker, libzmq reports that, or a
-        protocol failure, as it happens."""
-        monitor = self.auth_monitor
-        if monitor is None or not monitor.poll(max(0, int(wait_s * 1000))):
-            return None
-        while monitor.poll(0):
-            event = recv_monitor_message(monitor)["event"]
-            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self.end_auth_watch()
-                return None
-            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                return "the key is not among the broker's allowed clients"
-            self._handshakes_failed += _FAILED_HANDSHAKES if \
-                event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL else 1
-        if self._handshakes_failed < _FAILED_HANDSHAKES:
-            return None
-        if self._curve is None:
-            return ("the broker closes every handshake: it requires CURVE and this client "
-                    "has no keys (pass the broker's public key and a client pair, or the "
-                    "INTERCOM_CURVE_* environment), or the endpoint is not an Intercom broker")
-        return ("the CURVE handshake fails every time: the broker's public key given "
-                "(curve_server_key) is not this broker's")
-
-    def end_auth_watch(self) -> None:
-        """Stop watching handshakes (the welcome came, or the wait is over): unread
-        monitor events would pile up behind the socket for the session's life."""
-        monitor = self.auth_monitor
-        if monitor is None:
-            return
+    def _detach_monitor(self) -> None:
         with self._io_lock:
             self._stop_watching()
-        self.auth_monitor = None
-        monitor.close(linger=0)
 
     def _stop_watching(self) -> None:
-        """Holding ``_io_lock``: detach the handshake monitor from the socket while
-        its reading end is still open. libzmq sends monitor events from its own I/O
-        thread and blocks there on a reading end closed first: every socket of the
-        context would stall."""
-        if self._sock_open and self.auth_monitor is not None:
+        """Holding ``_io_lock``: detach the handshake monitor while the socket is open
+        (see client.handshakes)."""
+        if self._sock_open and self.handshakes.watching:
             self._sock.disable_monitor()
 
     def close(self, timeout: float = 2.0) -> None:
@@ -302,9 +256,8 @@ class Transport:
             # Only once nobody polls them any more (a thread still stuck holding the
             # socket keeps them open: better a leak than a reused descriptor).
             self._waker.close()
-        if self.auth_monitor is not None and not self._thread.is_alive():
-            self.auth_monitor.close(linger=0)   # detached from the socket as it closed
-            self.auth_monitor = None
+        if not self._thread.is_alive():
+            self.handshakes.forget()    # detached from the socket as it closed
         resolve(self._cond, self._protocol.close())
 
     # -- internals ---------------------------------------------------------------------
