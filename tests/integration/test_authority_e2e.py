@@ -338,8 +338,13 @@ def test_a_database_outside_the_data_dir_is_owner_only_with_its_wal_and_shm(shor
         broker.stop()
 
 
-def _leave_open(short_tmp, db: Path) -> None:
-    """A database that an older broker (or a copy) left readable by others."""
+def _left_open(short_tmp, directory_mode: int) -> Path:
+    """A database in a directory of ``directory_mode`` that an older broker (or a
+    copy) left readable by others; ``short_tmp/b`` is ready as the next data dir."""
+    directory = short_tmp / "elsewhere"
+    directory.mkdir(mode=directory_mode)
+    db = directory / "bus.db"
+    (short_tmp / "b").mkdir()
     (short_tmp / "first").mkdir()
     first = start_broker(short_tmp / "first", "--db", str(db))
     with _connect(first.endpoint, "probe"):
@@ -348,14 +353,11 @@ def _leave_open(short_tmp, db: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         if Path(f"{db}{suffix}").exists():
             os.chmod(f"{db}{suffix}", 0o644)
+    return db
 
 
 def test_a_database_readable_by_others_in_an_open_directory_is_refused_unless_insecure(short_tmp):
-    elsewhere = short_tmp / "elsewhere"
-    elsewhere.mkdir(mode=0o755)
-    db = elsewhere / "bus.db"
-    _leave_open(short_tmp, db)
-    (short_tmp / "b").mkdir()
+    db = _left_open(short_tmp, 0o755)
     refused = subprocess.run([sys.executable, "-m", "broker", "--data-dir", str(short_tmp / "b"),
                               "--db", str(db)], cwd=ROOT,
                              env=child_env(short_tmp / "b"), capture_output=True, text=True,
@@ -374,11 +376,7 @@ def test_a_database_readable_by_others_in_an_open_directory_is_refused_unless_in
 
 
 def test_a_database_left_readable_in_a_private_directory_is_made_owner_only_at_start(short_tmp):
-    private = short_tmp / "private"
-    private.mkdir(mode=0o700)
-    db = private / "bus.db"
-    _leave_open(short_tmp, db)
-    (short_tmp / "b").mkdir()
+    db = _left_open(short_tmp, 0o700)
     broker = start_broker(short_tmp / "b", "--db", str(db))
     try:
         with _connect(broker.endpoint, "probe"):
