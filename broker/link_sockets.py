@@ -1,6 +1,6 @@
 """The shell's links to the other brokers: one DEALER per broker, to its ROUTER.
 
-They carry what the core's link commands say (:mod:`broker.core.links`), in order,
+They carry what the core's link commands say (:mod:`broker.core.cluster.links`), in order,
 and are never read: each connection carries one direction. With CURVE each DEALER
 is a CURVE client with this broker's own pair that accepts only the server key the
 other broker's lease row names, and a monitor watches its handshakes, because

@@ -1,4 +1,4 @@
-"""The in-memory store: the reference semantics of :class:`broker.core.records.Store`.
+"""The in-memory store: the reference semantics of :class:`broker.core.kernel.records.Store`.
 
 Plain dicts, one per table, for core tests and as the definition the SQLite store is
 tested against (``tests/unit/test_store_contract.py`` feeds both the same records and
@@ -56,7 +56,7 @@ from typing import Any, Callable, Sequence
 
 import msgpack
 
-from .core.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
+from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
                            InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
                            RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
                            SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
@@ -266,7 +266,7 @@ _WRITERS: dict[type, Callable[[_Tables, Any], None]] = {
 
 def apply_each(records: Sequence[Record], writers: dict[type, Callable]) -> list:
     """Write ``records`` in order with ``writers``; the records not written (see
-    :meth:`broker.core.records.Store.apply`). A writer returns False for a refused
+    :meth:`broker.core.kernel.records.Store.apply`). A writer returns False for a refused
     claim, the :class:`StickyKept` that stands for its record, or anything else (None,
     True) when it wrote."""
     refused = []

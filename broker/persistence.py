@@ -30,7 +30,7 @@ tickets now durable; after a batch holding a ``LeaseRenewed`` or :data:`READ_BRO
 (a marker, not a record) the report also lists the other brokers whose lease is live
 (``broker_id``, ``endpoint``, ``until``, ``curve_public``): how the shell finds the
 brokers to link to, and whose CURVE keys to allow; after a batch holding
-:class:`~broker.core.commands.ReadJobs` (a read, not a record) it lists those
+:class:`~broker.core.kernel.commands.ReadJobs` (a read, not a record) it lists those
 conversations' queued jobs (``jobs``, as records' fields). A failed transaction reports the same tickets
 failed, with the error text and the error code their waiters get (see
 :func:`broker.store.failure_code`), and the worker keeps serving: nothing waits forever
@@ -84,8 +84,8 @@ from typing import Any
 import msgpack
 import zmq
 
-from .core.commands import AdoptRuns, ReadJobs
-from .core.records import LeaseRenewed, Record, Snapshot, StickyKept, Store, refusal_code
+from broker.core.kernel.commands import AdoptRuns, ReadJobs
+from broker.core.kernel.records import LeaseRenewed, Record, Snapshot, StickyKept, Store, refusal_code
 from .store import failure_code
 
 _WAKE = b"\x01"

@@ -27,8 +27,8 @@ from schemas.limits import LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
-from .core.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadJobs
-from .core.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
+from broker.core.kernel.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadJobs
+from broker.core.kernel.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
 from .curve import CurveError, CurveServer
 from .idle import IdleExit
 from .link_sockets import LinkSockets
@@ -256,7 +256,7 @@ class Broker:
             if commands:
                 self._execute(commands)
             if self._written:
-                # Backlog accounting (broker.core.backlog): may drop a session not reading.
+                # Backlog accounting (broker.core.sessions.backlog): may drop a session not reading.
                 written, self._written = self._written, {}
                 more = engine.wrote(written, now, wall)
                 if more:
@@ -422,7 +422,7 @@ class Broker:
             self.worker.submit(writes)
 
     def _link(self, command, encode) -> None:
-        """Execute a link command (see broker.core.links): the shell only moves frames."""
+        """Execute a link command (see broker.core.cluster.links): the shell only moves frames."""
         kind = type(command)
         if kind is LinkSend:
             frames, oversize = pack_frames(command.envs, MAX_FRAME_BYTES, LINK_FRAME_BYTES, encode)

@@ -1,6 +1,6 @@
 """The SQLite store (apsw, WAL): every table the broker keeps, behind :class:`SqliteStore`.
 
-It implements :class:`broker.core.records.Store` with the semantics of the reference
+It implements :class:`broker.core.kernel.records.Store` with the semantics of the reference
 :class:`broker.memory_store.MemoryStore` (the contract tests hold the two together).
 
 Invariants:
@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Sequence
 import apsw
 import msgpack
 
-from .core.records import (RECORD_TYPES, ConversationDeleted, ConversationSaved, IdentitySaved,
+from broker.core.kernel.records import (RECORD_TYPES, ConversationDeleted, ConversationSaved, IdentitySaved,
                            InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
                            RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
                            SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
@@ -255,9 +255,9 @@ class SqliteStore:
     def apply(self, records: Sequence[Record]) -> list[Record]:
         """Apply ``records`` in order in one transaction: all become durable, or none;
         returns the records not written: refused claims and job starts (see
-        :class:`~broker.core.records.SessionClaimed` and
-        :class:`~broker.core.records.InvocationState`) and entries whose request is
-        stored already (:class:`~broker.core.records.StickyKept`).
+        :class:`~broker.core.kernel.records.SessionClaimed` and
+        :class:`~broker.core.kernel.records.InvocationState`) and entries whose request is
+        stored already (:class:`~broker.core.kernel.records.StickyKept`).
 
         Raises TypeError for a value that is not a record or a payload msgpack cannot
         encode, apsw.ConstraintError for a sticky seq already stored, other apsw errors

@@ -72,7 +72,7 @@ CREATE TABLE IF NOT EXISTS brokers (
 );
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
-    record BLOB NOT NULL,              -- msgpack of the run tree (broker.core.runs)
+    record BLOB NOT NULL,              -- msgpack of the run tree (broker.core.workflow.run_tree)
     owner TEXT NOT NULL DEFAULT ''     -- the broker that owns it; '' for none yet
 );
 CREATE TABLE IF NOT EXISTS sticky (
@@ -126,7 +126,7 @@ WHERE sticky.seq = ranked.seq;
     # both, idempotently, so either upgrades to v4.
     2: _AGENT_TABLES + _CLAIMS_TABLE,
     3: _AGENT_TABLES + _CLAIMS_TABLE,
-    # Runs belong to a broker (broker.core.ownership); an old run has no owner yet.
+    # Runs belong to a broker (broker.core.cluster.ownership); an old run has no owner yet.
     4: "ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '';",
     # One entry per request store-wide (a resend to another broker is answered from the
     # entry kept). Copies an older broker queued for one request are the bug this

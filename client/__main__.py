@@ -6,7 +6,7 @@ run one intercom call and print the result as JSON; ``sessions --agent A`` lists
 agent's conversations; ``mcp`` serves MCP over stdio as one bus session (see
 :mod:`client.mcp_server`). Everything that only looks (``list``, ``groups``, ``status``,
 ``sessions``, and ``tail``'s question for the PUB endpoint) uses a control connection
-(see broker.core.control): it is listed to nobody, announces no presence and consumes
+(see broker.core.sessions.control): it is listed to nobody, announces no presence and consumes
 nothing. ``send`` and ``ask`` still open a short-lived session of their own.
 """
 

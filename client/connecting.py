@@ -133,7 +133,7 @@ class Client:
         ``groups``, ``status``, ``list_sessions(agent=...)``) that no other session
         lists, hears of or can message, and that is never a conversation (no
         ``agent``, ``channel``, ``stage``, ``parent`` or ``grant``); see
-        ``broker.core.control``.
+        ``broker.core.sessions.control``.
         """
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .groups import DEFAULT_GROUP, WORKFLOW_PREFIX
 
 # ``control``: a read-only look at the bus (a CLI call), never listed and never a
-# target or a conversation; see broker.core.control.
+# target or a conversation; see broker.core.sessions.control.
 SESSION_KINDS = ("interactive", "noninteractive", "stage", "control")
 INTERACTIVE, NONINTERACTIVE, STAGE, CONTROL = SESSION_KINDS
 CONTROL_ACTIONS = ("list", "groups", "status")      # the intercom calls a control connection makes
@@ -43,7 +43,7 @@ ATTACHMENT_PLATFORMS = frozenset({DISCORD})         # platforms that carry attac
 CURRENT, LAST, OWNER = "current", "last", "owner"
 CHANNEL_ALIASES = (CURRENT, LAST, OWNER)
 OUTPUT, INVOCATION = "output", "invocation"         # event names
-# An invoke job's life (broker.core.invocations) and a recovery row's outcomes.
+# An invoke job's life (broker.core.agents.invocation_table) and a recovery row's outcomes.
 QUEUED, STARTED, DONE, FAILED = "queued", "started", "done", "failed"
 INVOCATION_STATES = (QUEUED, STARTED, DONE, FAILED)
 DRAFT_COMPLETIONS = ("complete", "incomplete", "unknown")

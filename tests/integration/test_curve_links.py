@@ -21,7 +21,7 @@ import pytest
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from broker.core.grants import link_proof
+from broker.core.sessions.grants import link_proof
 from client.keys import from_directory
 from schemas.protocol import envelope
 from tests.conftest import ROOT

@@ -1,5 +1,5 @@
 """Runs belong to one broker; the others forward to it, send its stages there, and
-take its runs over when it dies (broker.core.ownership).
+take its runs over when it dies (broker.core.cluster.ownership).
 
 Real broker processes on one SQLite file (tests/integration/multi_broker.py).
 """

@@ -14,7 +14,7 @@ import pytest
 import zmq
 
 from broker.persistence import READ_BROKERS
-from broker.core.records import (LeaseReleased, LeaseRenewed, RunSaved, StickyDelivery,
+from broker.core.kernel.records import (LeaseReleased, LeaseRenewed, RunSaved, StickyDelivery,
                                  StickyRow, StickySaved)
 from broker import persistence
 from broker.persistence import RETRY_S, PersistenceWorker

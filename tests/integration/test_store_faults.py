@@ -26,7 +26,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from broker.core.records import RunSaved
+from broker.core.kernel.records import RunSaved
 from broker.store import SqliteStore
 from schemas.errors import error_text
 from schemas.protocol import envelope

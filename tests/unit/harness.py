@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from broker.core import Engine, Limits, Persist, Publish, Send
-from broker.core.records import StickyKept, refusal_code
+from broker.core.kernel.records import StickyKept, refusal_code
 from broker.memory_store import MemoryStore
 from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
@@ -140,8 +140,8 @@ class Bus:
     def _grant_for(self, fields: dict) -> str | None:
         """The grant a legitimate launcher would have handed this session."""
         if fields.get("stage"):
-            from broker.core.path_delivery import node_at
-            from broker.core.paths import parse_path
+            from broker.core.workflow.path_delivery import node_at
+            from broker.core.workflow.paths import parse_path
             if fields["stage"] in self.grants:
                 return self.grants[fields["stage"]]
             path = parse_path(fields["stage"])

@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from broker.core.records import (ConversationSaved, IdentitySaved, InvocationSaved, LeaseRenewed,
+from broker.core.kernel.records import (ConversationSaved, IdentitySaved, InvocationSaved, LeaseRenewed,
                                  RecoverySaved, StickySaved, Store)
 from broker.memory_store import MemoryStore
 from broker.store import SqliteStore

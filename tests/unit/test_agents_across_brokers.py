@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 from broker.core import Publish
-from broker.core.commands import ReadJobs
-from broker.core.invocations import Job
-from broker.core.records import InvocationSaved, InvocationState
+from broker.core.kernel.commands import ReadJobs
+from broker.core.agents.invocation_table import Job
+from broker.core.kernel.records import InvocationSaved, InvocationState
 from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
 from tests.unit.harness import result_for

@@ -1,7 +1,7 @@
 """RecentMap: the newest keys are kept, memory stays bounded, lookups see both halves."""
 
-from broker.core.bounded import RecentMap
-from broker.core.dedup import MessageIds, fingerprint
+from broker.core.kernel.bounded import RecentMap
+from broker.core.messaging.dedup import MessageIds, fingerprint
 from schemas.errors import BusError
 
 

@@ -1,4 +1,4 @@
-"""Control connections (broker.core.control): a read-only look at the bus, driven
+"""Control connections (broker.core.sessions.control): a read-only look at the bus, driven
 through the engine with a fake clock."""
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def test_a_control_connection_counts_against_the_per_peer_bound():
 
 
 def test_other_brokers_are_never_told_of_a_control_connection():
-    from broker.core.commands import LinkSend
+    from broker.core.kernel.commands import LinkSend
     from tests.unit.harness import result_for
     from tests.unit.test_links import Pair
 

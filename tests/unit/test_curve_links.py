@@ -3,7 +3,7 @@ what a broker says about a broker it cannot link to (engines wired in memory).""
 
 from __future__ import annotations
 
-from broker.core.commands import LinkOpen, LinkSend
+from broker.core.kernel.commands import LinkOpen, LinkSend
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
 from tests.unit.test_links import Node, Pair

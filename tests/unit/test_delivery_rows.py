@@ -1,6 +1,6 @@
 """``delivery`` rows of a run in ``list``: per-stage evidence for the sticky targets
 that are not (or no longer) in the future list, and which states a run's entries
-show while it is dormant (broker.core.run_listing, broker.core.sticky)."""
+show while it is dormant (broker.core.workflow.run_listing, broker.core.workflow.sticky_queue)."""
 
 from schemas.protocol import envelope
 

@@ -3,7 +3,7 @@
 from collections import Counter
 
 from broker.core import Send
-from broker.core.departures import SENDS_PER_ROUND
+from broker.core.sessions.departures import SENDS_PER_ROUND
 from schemas.protocol import envelope
 
 from .harness import Bus

@@ -2,7 +2,7 @@
 
 import pytest
 
-from broker.core.grants import UsedGrants, child_grant, read_child
+from broker.core.sessions.grants import UsedGrants, child_grant, read_child
 from schemas.errors import BusError
 from schemas.limits import CHILD_GRANT_S
 from schemas.protocol import envelope

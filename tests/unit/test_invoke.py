@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core.records import (ConversationDeleted, InvocationSaved, InvocationState,
+from broker.core.kernel.records import (ConversationDeleted, InvocationSaved, InvocationState,
                                  RecoveryDeleted)
 from schemas.agent_config import AgentSettings
 from schemas.limits import INVOKE_RECHECK_S, MAX_QUEUED_INVOCATIONS

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 
 from broker.core import Engine, Send
-from broker.core.commands import LinkSend
-from broker.core.records import LeaseRenewed
+from broker.core.kernel.commands import LinkSend
+from broker.core.kernel.records import LeaseRenewed
 from broker.memory_store import MemoryStore
 from schemas.protocol import envelope
 from tests.unit.harness import Bus, result_for, uuid_from

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.core.dispatch import ACTIONS, KINDS as HANDLED, WORKFLOW_OPS
+from broker.core.kernel.dispatch import ACTIONS, KINDS as HANDLED, WORKFLOW_OPS
 from schemas import envelopes, kinds
 from schemas.errors import BusError
 from schemas.names import WORKFLOW_OPS as WORKFLOW_OP_NAMES

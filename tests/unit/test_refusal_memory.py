@@ -12,7 +12,7 @@ import tracemalloc
 
 import pytest
 
-from broker.core.dedup import MessageIds, fingerprint
+from broker.core.messaging.dedup import MessageIds, fingerprint
 from schemas.errors import BusError
 from schemas.protocol import envelope
 

@@ -1,10 +1,10 @@
-"""A run another broker owns, in a ``list`` here (broker.core.remote_listing): two
+"""A run another broker owns, in a ``list`` here (broker.core.cluster.remote_listing): two
 engines on one store, their links wired in memory (tests/unit/test_links.py's Pair)."""
 
 from __future__ import annotations
 
-from broker.core.commands import LinkSend
-from broker.core.remote_listing import LIST_WAIT_S, MAX_LISTS_WAITING
+from broker.core.kernel.commands import LinkSend
+from broker.core.cluster.remote_listing import LIST_WAIT_S, MAX_LISTS_WAITING
 from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import result_for

@@ -1,12 +1,12 @@
-"""Runs across brokers in the core (broker.core.ownership): two engines on one store,
+"""Runs across brokers in the core (broker.core.cluster.ownership): two engines on one store,
 their links wired in memory (tests/unit/test_links.py's Pair)."""
 
 from __future__ import annotations
 
 from broker.core import Send
-from broker.core.commands import AdoptRuns, LinkSend
-from broker.core.grants import link_proof
-from broker.core.ownership import ADOPT_RETRY_S
+from broker.core.kernel.commands import AdoptRuns, LinkSend
+from broker.core.sessions.grants import link_proof
+from broker.core.cluster.ownership import ADOPT_RETRY_S
 from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import result_for

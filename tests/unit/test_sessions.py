@@ -1,7 +1,7 @@
 """Sessions, groups and presence, driven through the engine with a fake clock."""
 
 from broker.core import Send
-from broker.core.records import IdentitySaved
+from broker.core.kernel.records import IdentitySaved
 from schemas.groups import resolve_home_group
 from schemas.protocol import envelope
 

@@ -2,7 +2,7 @@
 another broker committed (and died before answering) is answered from the store's
 entry when its sender resends it here, and is never queued twice."""
 
-from broker.core.records import StickySaved
+from broker.core.kernel.records import StickySaved
 
 from .test_workflow import hosted, queue, stage
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core.records import (ConversationDeleted, InvocationState, LeaseReleased,
+from broker.core.kernel.records import (ConversationDeleted, InvocationState, LeaseReleased,
                                  LeaseRenewed, RecoveryDeleted, RunSaved, SessionClaimed,
                                  SessionReleased)
 

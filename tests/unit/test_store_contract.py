@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.core.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
+from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
                                  InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed,
                                  RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
                                  StickyAnswered, StickyDelivery, StickyDropped, StickyRow,

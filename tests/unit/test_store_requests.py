@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import apsw
 
-from broker.core.records import (RunEnded, RunSaved, StickyAnswered, StickyDropped, StickyKept,
+from broker.core.kernel.records import (RunEnded, RunSaved, StickyAnswered, StickyDropped, StickyKept,
                                  StickyRow)
 from broker.store import SCHEMA_VERSION, SqliteStore
 

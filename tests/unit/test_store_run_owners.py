@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from broker.core.records import RunSaved
+from broker.core.kernel.records import RunSaved
 
 from .store_helpers import entry, lease, open_store, store  # noqa: F401
 
@@ -66,7 +66,7 @@ def test_a_broker_that_lost_a_run_writes_nothing_to_it(store):
 
 
 def test_a_job_another_live_broker_started_is_not_loaded_to_be_failed(store):
-    from broker.core.records import InvocationState
+    from broker.core.kernel.records import InvocationState
 
     from .store_helpers import job
 

@@ -1,7 +1,7 @@
 """Workflow addressing and sticky delivery, driven through the engine."""
 
 from broker.core import Persist
-from broker.core.records import StickySaved
+from broker.core.kernel.records import StickySaved
 from schemas.protocol import envelope
 
 from .harness import Bus, result_for

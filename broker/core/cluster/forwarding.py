@@ -1,0 +1,193 @@
+"""Requests for sessions held by other brokers: handed to that broker, answered from there.
+
+A ``send``, ``sends``, ``ask`` or supervisor ask of a session held here, whose target
+resolves (with every targeting and visibility rule, mirrors included) to a mirror, is
+forwarded whole to the broker holding the target. That broker handles it as if the
+asker were connected there (the asker is a mirror on it), so the one send path, the
+ask table and the reply rules all run where the target is, and its answer, the
+target's reply and every refusal come back over the link (``relay``) to the asker.
+So a ``send`` is ``delivered`` only once the target's broker has handed it over.
+
+A ``workflow:`` path is forwarded the same way to the run's *owner*
+(:mod:`broker.core.cluster.ownership`), whether its host is connected or not. The owner alone
+decides delivery or queueing, positions and every cap, and answers ``queued`` only
+after its own commit. A run this broker owns, or that no broker owns (an unknown run,
+or one that ended: then the host's broker, from the link rows' ``hosts``, takes
+post-mortem traffic) is handled here.
+
+A host operation (``workflow``: ``stage_state``, ``add_stages``, ``end_run``, ...) on a
+run another live broker owns is forwarded to the owner too (:func:`host_operation`):
+a host whose client failed over to another broker while its run's broker restarted
+on its endpoint keeps hosting it from where it is, and never needs to move. The owner
+checks the host as for a local one (the host is a mirror there); memberships are the
+holding broker's, so a run group the owner grants is joined here on its answer
+(:func:`answered`).
+
+Anything else stays here: a target that does not resolve (the refusal is this
+broker's own, the same as for a local target), a send that is a
+reply (``replyTo``: the thread is in the replier's own tables), and every request of
+a mirror (handled where it was forwarded to, never forwarded again).
+
+Until its answer comes back, each forwarded request is in ``Cluster.forwarded``; if
+the target's broker goes first, the request fails with ``peer_disconnected`` at once.
+"""
+
+from __future__ import annotations
+
+from schemas import envelopes
+from schemas.errors import BusError
+
+from broker.core.cluster import ownership
+from broker.core.messaging.send_path import resolve_target
+from broker.core.sessions.membership import change_groups
+from broker.core.cluster.peers import Forwarded, Peer
+from broker.core.kernel.commands import LinkSend
+from broker.core.workflow.paths import looks_like_path, parse_path
+from broker.core.sessions.registry import Session
+from broker.core.kernel.state import State
+
+
+def forward(state: State, session: Session, to: object, env: dict, ids: list,
+            now: float) -> bool:
+    """Forward ``env`` (request ids ``ids``) when ``to`` names a mirror; False to
+    handle it here."""
+    if session.broker is not None or to.__class__ is not str:
+        return False
+    if looks_like_path(to):
+        broker_id = run_owner(state, to)
+        if broker_id is not None:
+            return _hand(state, session, broker_id, to, env, ids, again=True)
+        return _moving(state, session, to, env, ids, now)
+    try:
+        target = resolve_target(state, session, to)
+    except BusError as error:
+        holder = ownership.holder_of(state, session, to) \
+            if error.code == "target_not_found" and state.cluster.foreign_subagents else None
+        # A subagent of another broker's dormant run: that broker holds sends for it.
+        return holder is not None and _hand(state, session, holder, to, env, ids)
+    return to_broker(state, session, target, env, ids)
+
+
+def host_operation(state: State, session: Session, env: dict, re: str, now: float) -> bool:
+    """Forward the workflow operation ``env`` (request ``re``) to the broker owning its
+    run; False to handle it here. Raises ownership.Parked when the run is a dead
+    broker's not adopted yet (it waits for the adoption), or BusError(run_moving)."""
+    run_id = env.get("runId")
+    if session.broker is not None or run_id.__class__ is not str or run_id in state.runs:
+        return False
+    peer = ownership.owner(state, run_id)
+    if peer is not None:
+        return _hand(state, session, peer.broker_id, f"workflow:{run_id}", env, [re], again=True)
+    if state.cluster.orphans:
+        ownership.hold(state, run_id, now, session.identity, env)
+    return False
+
+
+def run_owner(state: State, to: str) -> str | None:
+    """The other broker a path's run belongs to: its owner, or for a run no broker
+    owns (ended), the broker of its last host while that host is open."""
+    try:
+        run_id = parse_path(to).run_id
+    except BusError:
+        return None
+    if run_id in state.runs:
+        return None
+    peer = ownership.owner(state, run_id)
+    if peer is not None:
+        return peer.broker_id
+    host = state.registry.by_id.get(state.cluster.run_hosts.get(run_id, ""))
+    return host.broker if host is not None else None
+
+
+def _moving(state: State, session: Session, to: str, env: dict, ids: list,
+            now: float) -> bool:
+    """A path to an orphan run (its broker died, not adopted yet): the request waits
+    for the adoption (raises ownership.Parked); False for any other path."""
+    run_id = ownership.path_run(to) if state.cluster.orphans else None
+    if run_id is not None and run_id not in state.runs:
+        try:
+            ownership.hold(state, run_id, now, session.identity, env)
+        except BusError as error:         # too many waiting: this one is refused
+            for request_id in ids:
+                if request_id.__class__ is str:
+                    state.answer(session, request_id, error)
+            return True
+    return False
+
+
+def to_broker(state: State, session: Session, target: Session, env: dict, ids: list,
+              name: str | None = None) -> bool:
+    """Forward ``env`` to ``target``'s broker if it is a mirror; False if it is local."""
+    if target.broker is None or session.broker is not None:
+        return False
+    return _hand(state, session, target.broker, name or target.name, env, ids)
+
+
+def _hand(state: State, session: Session, broker_id: str, name: str, env: dict,
+          ids: list, again: bool = False) -> bool:
+    mine = state.cluster.forwarded.setdefault(session.id, {})
+    kept = env if again else None
+    for request_id in ids:
+        if request_id.__class__ is str:
+            mine[request_id] = Forwarded(broker_id, name, kept)
+    state.stats["forwarded"] += 1
+    state.out.append(LinkSend(broker_id, [envelopes.forward(session.id, env)]))
+    return True
+
+
+def answered(state: State, session: Session, env: dict) -> None:
+    """An envelope relayed to local ``session``: the answers in it end their wait."""
+    mine = state.cluster.forwarded.get(session.id)
+    if not mine:
+        return
+    kind = env.get("k")
+    if kind == "result":
+        where = mine.pop(env.get("re"), None)
+        if where is not None and where.env is not None and where.env.get("k") == "workflow":
+            _join_granted(state, session, env)
+    elif kind == "acks" and isinstance(env.get("ids"), list):
+        for request_id in env["ids"]:
+            if request_id.__class__ is str:
+                mine.pop(request_id, None)
+    if not mine:
+        del state.cluster.forwarded[session.id]
+
+
+def _join_granted(state: State, session: Session, answer: dict) -> None:
+    """A host operation's answer from the run's broker names the run's group: the
+    host joins it here, where its memberships are kept (best effort: a host at its
+    group bound is told its groups as they are)."""
+    group = answer.get("group")
+    if answer.get("ok") is not True or group.__class__ is not str or group in session.groups:
+        return
+    try:
+        change_groups(state, session, [*session.groups, group])
+    except BusError:
+        state.stats["forwarded.group_not_joined"] += 1
+    answer["groups"] = list(session.groups)
+
+
+def broker_gone(state: State, peer: Peer, again: bool = True) -> list[tuple[bytes, dict]]:
+    """Every request waiting on ``peer`` fails now, except (``again``) those for a
+    workflow path: returned (identity, envelope) to be handled again, so the run's
+    adopter answers them (with the first answer, if ``peer`` had committed one: the
+    store keeps one entry per request)."""
+    cluster = state.cluster
+    handled: dict[int, tuple[bytes, dict]] = {}
+    for session_id in list(cluster.forwarded):
+        session = state.registry.by_id.get(session_id)
+        mine = cluster.forwarded[session_id]
+        for request_id, where in list(mine.items()):
+            if where.broker_id != peer.broker_id:
+                continue
+            del mine[request_id]
+            if session is None:
+                continue
+            if again and where.env is not None:
+                handled[id(where.env)] = (session.identity, where.env)
+            else:
+                state.answer(session, request_id,
+                             BusError("peer_disconnected", name=where.target_name))
+        if not mine:
+            del cluster.forwarded[session_id]
+    return list(handled.values())

@@ -1,0 +1,318 @@
+"""The routing engine: envelopes, commits and clock ticks in, commands out.
+
+Theory of operation
+-------------------
+The IO shell hands the engine every decoded envelope together with the routing
+identity it arrived from and the current time (:meth:`Engine.receive_batch`), calls
+:meth:`Engine.tick` when :meth:`Engine.next_deadline` passes, and reports durable
+writes through :meth:`Engine.persisted` / :meth:`Engine.persist_failed`. Each call
+returns the commands to execute, in order (:class:`~broker.core.kernel.commands.Send`,
+``Publish``, ``Persist``). ``now`` is monotonic seconds (every deadline and liveness
+check); ``wall`` is the wall clock, used only for times people read (``sentAt``,
+``connectedAt``, persisted records).
+
+Who handles what is the table in :mod:`broker.core.kernel.dispatch`; the state is
+:class:`~broker.core.kernel.state.State`; the envelopes leave through the final pass of
+:mod:`broker.core.kernel.outbox`.
+
+Invariants:
+
+* every request envelope with a usable id gets exactly one ``result`` (possibly
+  deferred: an ask waiting for its reply, a send waiting for its commit), and a bad
+  envelope without an id gets one error reply or is dropped and counted;
+* the engine never performs IO, reads a clock or logs; it only counts (``stats``)
+  and collects unexpected exceptions (``internal_errors``) for the shell to log.
+"""
+
+from __future__ import annotations
+
+import secrets
+import zlib
+import uuid
+from typing import Any, Callable, Mapping
+
+from schemas.agent_config import AgentSettings
+from schemas.errors import BusError
+from schemas.limits import LEASE_S
+from schemas.names import FAILED, QUEUED, STARTED
+
+from broker.core.messaging import ask_actions as asking
+from broker.core.sessions import backlog, connect, departures
+from broker.core.workflow import hosting, stage_binding as stages
+from broker.core.agents import invoke_actions as invoking
+from broker.core.cluster import links, ownership, remote_listing
+from broker.core.agents.registry import Conversation
+from broker.core.kernel.commands import Answer, Command
+from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
+from broker.core.kernel.dispatch import handle
+from broker.core.kernel.outbox import render
+from broker.core.kernel.records import InvocationSaved, InvocationState, Snapshot, StickyRow
+from broker.core.sessions.registry import Registry
+from broker.core.sessions.identity_table import IdentityRecord
+from broker.core.kernel.state import Limits, State
+from broker.core.workflow.sticky_queue import SEQ_TAG_BITS
+
+SWEEP_INTERVAL_S = 0.5
+# Sessions expired per sweep at most: a mass expiry is spread over several rounds so
+# the shell reads the heartbeats of healthy sessions in between.
+EXPIRE_PER_SWEEP = 64
+
+
+def _random_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _random_token() -> str:
+    return uuid.uuid4().hex + uuid.uuid4().hex
+
+
+class Engine:
+    """All routing state of one broker, behind the four inputs. See the module docstring."""
+
+    def __init__(self, *, broker_id: str = "broker", limits: Limits = Limits(),
+                 identities: dict[str, IdentityRecord] | None = None,
+                 new_id: Callable[[], str] = _random_id,
+                 new_token: Callable[[], str] = _random_token,
+                 warnings: list[str] | None = None, pub_endpoint: str | None = None,
+                 endpoint: str = "", lease_s: float = LEASE_S, curve_public: str = "") -> None:
+        self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
+                           warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
+        self.state.cluster.endpoint = endpoint
+        self.state.cluster.lease_s = lease_s
+        self.state.cluster.curve_public = curve_public
+        for session_id, record in (identities or {}).items():
+            self.state.identities.restore(session_id, record)
+        # Sticky entry numbers must not collide with another broker's on one database.
+        self.state.sticky.tag = zlib.crc32(broker_id.encode()) & ((1 << SEQ_TAG_BITS) - 1)
+        self._next_sweep_at = 0.0
+
+    # -- what tests and the shell read -------------------------------------------------
+
+    @property
+    def registry(self) -> Registry:
+        return self.state.registry
+
+    @property
+    def local_sessions(self) -> int:
+        """Sessions connected to this broker (mirrors of other brokers' not counted)."""
+        return len(self.state.registry) - len(self.state.cluster.remote)
+
+    @property
+    def stats(self):
+        return self.state.stats
+
+    @property
+    def internal_errors(self) -> list[Exception]:
+        return self.state.internal_errors
+
+    @property
+    def cluster(self):
+        return self.state.cluster
+
+    # -- inputs --------------------------------------------------------------------------
+
+    def set_agents(self, settings: Mapping[str, AgentSettings]) -> None:
+        """The per-agent settings in force (the shell reads them from the agents' config
+        files at start and on SIGHUP); an agent not named has the defaults."""
+        self.state.conversations.settings = dict(settings)
+
+    def restore(self, snapshot: Snapshot, wall: float = 0.0) -> list[Command]:
+        """Take back what the store kept: identities, runs, sticky entries, agents'
+        conversations and invoke jobs. Returns the store writes this implies: a job
+        that was started before the broker stopped is failed, never handed over again."""
+        state = self.state
+        state.wall = wall
+        self._restore_agents(snapshot)
+        if snapshot.grant_key:
+            state.grant_key = snapshot.grant_key
+        for saved in snapshot.identities:
+            state.identities.restore(saved.session_id,
+                                     IdentityRecord(saved.atomic_session_id, saved.token_hash))
+        ownership.take(state, snapshot)
+        return self._flush()
+
+    def _restore_agents(self, snapshot: Snapshot) -> None:
+        state = self.state
+        for saved in snapshot.conversations:
+            state.conversations.add(Conversation(saved.agent, saved.channel, True,
+                                                 saved.last_active_at, saved.session_id))
+        for saved in snapshot.invocations:
+            if saved.state == QUEUED:
+                state.invocations.add(Job.from_record(saved))
+            elif saved.state == STARTED:
+                state.stats[f"invocations.{RESTARTED}"] += 1
+                state.persist(InvocationState(saved.id, FAILED, state.wall, RESTARTED_TEXT))
+
+    def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None,
+                peer: str = "", peer_is_address: bool = False) -> list[Command]:
+        """Handle one decoded envelope from ``identity``."""
+        return self.receive_batch(identity, [env], now, wall, peer, peer_is_address)
+
+    def receive_batch(self, identity: bytes, envs: list, now: float,
+                      wall: float | None = None, peer: str = "",
+                      peer_is_address: bool = False) -> list[Command]:
+        """Handle the envelopes of one frame, in order.
+
+        ``peer`` names who is behind ``identity`` (a client process, a CURVE key, an
+        address) for the per-connection session bound and the rate of new sessions;
+        the shell passes it with the frames of an identity that has no session yet.
+        ``peer_is_address``: it is only an address every local client shares (plain
+        TCP), so sessions are counted per connection instead.
+        """
+        state = self.state
+        state.wall = now if wall is None else wall
+        state.peer = peer
+        state.peer_is_address = peer_is_address
+        by_link = state.cluster.by_link
+        if by_link and identity in by_link or envs and links.is_hello(envs[0]):
+            links.receive(state, identity, envs, now)
+            return self._flush()
+        for env in envs:
+            handle(state, identity, env, now)
+        return self._flush()
+
+    def brokers_read(self, rows: list[dict], now: float, wall: float | None = None) -> list[Command]:
+        """The other brokers' live lease rows, as the store has them now (see
+        :mod:`broker.core.cluster.links`)."""
+        self.state.wall = now if wall is None else wall
+        links.brokers_read(self.state, rows, now)
+        return self._flush()
+
+    def runs_adopted(self, dead: str, snapshot: Snapshot | None, now: float,
+                     wall: float | None = None) -> list[Command]:
+        """The store's answer to ``AdoptRuns(dead)``: the runs this broker took from
+        dead broker ``dead`` (None: the store failed; it is asked again). A host
+        already connected here (it failed over first), or on another broker, takes its
+        runs back at once."""
+        state = self.state
+        state.wall = now if wall is None else wall
+        runs, parked = ownership.adopted(state, dead, snapshot, now)
+        for run in runs:
+            host = state.registry.by_id.get(run.last_host_id or "")
+            if host is not None:
+                stages.host_returned(state, host)
+        for identity, env in parked:
+            handle(state, identity, env, now)       # waited for the run: it is here now
+        return self._flush()
+
+    def jobs_read(self, rows: list[dict], now: float, wall: float | None = None) -> list[Command]:
+        """Queued invoke jobs read from the store for a :class:`ReadJobs` (the fields
+        of :class:`InvocationSaved`): those not held yet are handed over once."""
+        self.state.wall = now if wall is None else wall
+        invoking.arrived(self.state, [Job.from_record(InvocationSaved(**row)) for row in rows], now)
+        return self._flush()
+
+    def link_refused(self, broker_id: str, now: float, wall: float | None = None) -> list[Command]:
+        """The CURVE handshake of this broker's link to ``broker_id`` was refused (see
+        :func:`broker.core.cluster.links.link_refused`)."""
+        self.state.wall = now if wall is None else wall
+        links.link_refused(self.state, broker_id)
+        return self._flush()
+
+    def stopping(self, now: float, wall: float | None = None) -> list[Command]:
+        """This broker is about to stop: the other brokers are told."""
+        self.state.wall = now if wall is None else wall
+        links.stopping(self.state)
+        return self._flush()
+
+    def wrote(self, counts: dict[bytes, int], now: float, wall: float | None = None) -> list[Command]:
+        """The shell wrote ``counts`` bytes to these identities (see broker.core.sessions.backlog)."""
+        state = self.state
+        state.wall = now if wall is None else wall
+        for session in backlog.wrote(state, counts):
+            state.stats["sessions.not_reading"] += 1
+            connect.disconnect(state, session, "not reading", now)
+        return self._flush()
+
+    def refuse_frame(self, identity: bytes, error: BusError) -> list[Command]:
+        """Answer a frame the shell could not decode (too large, not msgpack)."""
+        self.state.stats[f"bad_frame.{error.code}"] += 1
+        self.state.out.append(Answer(identity, [None], error))
+        return self._flush()
+
+    def tick(self, now: float, wall: float | None = None) -> list[Command]:
+        """Expire silent sessions and asks whose deadline passed."""
+        state = self.state
+        state.wall = now if wall is None else wall
+        if now >= self._next_sweep_at:
+            self._next_sweep_at = now + SWEEP_INTERVAL_S
+            cutoff = now - state.limits.liveness_s
+            # A mirror's liveness is its broker's link (broker.core.cluster.links), not its own.
+            silent = [s for s in state.registry.by_id.values()
+                      if s.last_seen_at < cutoff and s.broker is None]
+            if len(silent) > EXPIRE_PER_SWEEP:
+                silent = silent[:EXPIRE_PER_SWEEP]
+                self._next_sweep_at = now    # more to do: come back next round
+            for session in silent:
+                state.stats["sessions.expired"] += 1
+                connect.disconnect(state, session, "heartbeat", now)
+            hosting.expire_leases(state)
+        departures.refill(state)
+        departures.tell(state)
+        asking.expire(state, now)
+        invoking.recheck(state, now)
+        if state.cluster.others:
+            links.tick(state, now)
+        if state.cluster.listing:
+            remote_listing.expire(state, now)
+        return self._flush()
+
+    def persisted(self, ticket: int, now: float, wall: float | None = None) -> list[Command]:
+        """A write asked for with ``ticket`` is durable."""
+        self.state.wall = now if wall is None else wall
+        callbacks = self.state.tickets.pop(ticket, None)
+        if callbacks is not None:
+            callbacks[0](now)
+        return self._flush()
+
+    def persist_failed(self, ticket: int, now: float, wall: float | None = None,
+                       code: str = "internal_error") -> list[Command]:
+        """A write asked for with ``ticket`` could not be committed; its waiter is
+        refused with ``code`` (``store_unavailable``: the store could not take it now)."""
+        self.state.wall = now if wall is None else wall
+        callbacks = self.state.tickets.pop(ticket, None)
+        self.state.stats["persist.failed"] += 1
+        if callbacks is not None and callbacks[1] is not None:
+            callbacks[1](now, BusError(code))
+        return self._flush()
+
+    def persist_kept(self, ticket: int, kept: StickyRow, now: float,
+                     wall: float | None = None) -> list[Command]:
+        """A sticky entry asked for with ``ticket`` was not written: the store holds
+        the same request already (``kept``, written by this broker or another)."""
+        self.state.wall = now if wall is None else wall
+        callbacks = self.state.tickets.pop(ticket, None)
+        self.state.stats["persist.kept"] += 1
+        if callbacks is not None:
+            if callbacks[2] is not None:
+                callbacks[2](now, kept)
+            elif callbacks[1] is not None:   # nothing else is ever kept: a bug
+                callbacks[1](now, BusError("internal_error"))
+        return self._flush()
+
+    def next_deadline(self) -> float:
+        """When :meth:`tick` next has work: the liveness sweep, an ask's deadline, an
+        invoke destination's recheck, a list waiting for another broker, or now while departures are still being told."""
+        if self.state.departures:
+            return 0.0
+        deadline = self._next_sweep_at
+        for at in (self.state.asks.next_deadline(), self.state.invocations.next_deadline(),
+                   remote_listing.next_deadline(self.state)):
+            if at is not None and at < deadline:
+                deadline = at
+        return deadline
+
+    def _flush(self) -> list[Command]:
+        state = self.state
+        cluster = state.cluster
+        if cluster.changed or cluster.runs_changed:
+            links.flush(state)
+        out, state.out = state.out, []
+        if cluster.peers:
+            return links.route(state, render(out))
+        return render(out)
+
+
+token_hash = connect.token_hash
+
+__all__ = ["Engine", "IdentityRecord", "Limits", "token_hash"]

@@ -1,0 +1,2 @@
+"""Messaging: the send path, asks and replies, target resolution, delivery and message
+id deduplication."""

@@ -1,0 +1,118 @@
+"""Asks: a message whose sender waits for one correlated reply.
+
+Invariants:
+
+* an ask is keyed by its message id (ids are unique across senders, see
+  :mod:`broker.core.messaging.dedup`); it is settled exactly once: by a reply from its exact
+  target, by the target leaving or becoming terminal, by its deadline, or dropped
+  silently when its asker leaves;
+* every unresolved ask is listed in its target's inbound table, in arrival order,
+  and nowhere else: ``pending`` and ``reply`` read only that table, so a reply can
+  never settle an ask that was not sent to the replier;
+* at most ``max_pending_asks`` ordinary asks and one supervisor ask per asker.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.errors import BusError
+from schemas.limits import MAX_PREVIEW_CHARS
+
+from broker.core.sessions.registry import Session
+
+
+@dataclass(slots=True, eq=False)
+class Ask:
+    id: str
+    asker: Session
+    target: Session
+    message: str
+    sent_at: float
+    deadline_at: float
+    supervisor: bool = False
+    settled: bool = field(default=False)
+
+    def row(self, now: float) -> dict[str, Any]:
+        preview = self.message if len(self.message) <= MAX_PREVIEW_CHARS else \
+            self.message[:MAX_PREVIEW_CHARS - 1] + "…"
+        return {"messageId": self.id, "from": self.asker.id, "fromName": self.asker.name,
+                "elapsedS": round(now - self.sent_at, 3), "preview": preview,
+                "supervisor": self.supervisor}
+
+
+class AskTable:
+    """Unresolved asks, by id, by target and by asker, plus their deadlines."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, Ask] = {}
+        self.inbound: dict[str, dict[str, Ask]] = {}    # target id -> ask id -> Ask
+        self.outbound: dict[str, dict[str, Ask]] = {}   # asker id -> ask id -> Ask
+        self._deadlines: list[tuple[float, str]] = []
+
+    # -- admission -------------------------------------------------------------------
+
+    def check_capacity(self, asker: Session, supervisor: bool, limit: int) -> None:
+        """Raises BusError(supervisor_busy | too_many_asks)."""
+        mine = self.outbound.get(asker.id, {}).values()
+        if supervisor:
+            if any(a.supervisor for a in mine):
+                raise BusError("supervisor_busy")
+        elif sum(not a.supervisor for a in mine) >= limit:
+            raise BusError("too_many_asks", limit=limit)
+
+    def open(self, ask: Ask) -> None:
+        self.by_id[ask.id] = ask
+        self.inbound.setdefault(ask.target.id, {})[ask.id] = ask
+        self.outbound.setdefault(ask.asker.id, {})[ask.id] = ask
+        heapq.heappush(self._deadlines, (ask.deadline_at, ask.id))
+
+    # -- lookups -----------------------------------------------------------------------
+
+    def pending_for(self, target: Session) -> list[Ask]:
+        return list(self.inbound.get(target.id, {}).values())
+
+    def next_deadline(self) -> float | None:
+        while self._deadlines and self._deadlines[0][1] not in self.by_id:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
+
+    # -- settlement --------------------------------------------------------------------
+
+    def close(self, ask: Ask) -> None:
+        ask.settled = True
+        self.by_id.pop(ask.id, None)
+        _pop(self.inbound, ask.target.id, ask.id)
+        _pop(self.outbound, ask.asker.id, ask.id)
+
+    def expire(self, now: float) -> list[Ask]:
+        due = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, ask_id = heapq.heappop(self._deadlines)
+            ask = self.by_id.get(ask_id)
+            if ask is not None:
+                self.close(ask)
+                due.append(ask)
+        return due
+
+    def to_target(self, target: Session) -> list[Ask]:
+        asks = self.pending_for(target)
+        for ask in asks:
+            self.close(ask)
+        return asks
+
+    def from_asker(self, asker: Session) -> list[Ask]:
+        asks = list(self.outbound.get(asker.id, {}).values())
+        for ask in asks:
+            self.close(ask)
+        return asks
+
+
+def _pop(index: dict[str, dict[str, Ask]], key: str, ask_id: str) -> None:
+    bucket = index.get(key)
+    if bucket is not None:
+        bucket.pop(ask_id, None)
+        if not bucket:
+            del index[key]

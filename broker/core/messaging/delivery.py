@@ -1,0 +1,39 @@
+"""Handing messages to sessions, and remembering what each session may answer.
+
+Every message a session receives leaves through :func:`deliver` (or its batch form
+:func:`deliver_texts`), which emits one :class:`~broker.core.kernel.commands.Deliver`
+command; the final pass (:mod:`broker.core.kernel.outbox`) builds the envelope. An ordinary
+message (not an ask) is remembered for its recipient, so a later ``reply`` can name
+it; asks are remembered by the ask table instead. A message makes an agent session's
+conversation active (``respond`` channel ``last``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.core.agents.activity import touch
+from broker.core.kernel.commands import Deliver
+from broker.core.sessions.registry import Session
+from broker.core.kernel.state import State
+
+
+def deliver(state: State, sender_id: str, sender_name: str, target: Session, msg_id: str,
+            message: str, attachments: list, sent_at: float, *, expects_reply: bool = False,
+            extra: dict[str, Any] | None = None) -> None:
+    """One message for ``target``; ``extra`` holds the optional declared ``msg`` fields."""
+    if not expects_reply:
+        state.recent_for(target)[msg_id] = sender_id
+    if target.agent is not None:
+        touch(state, target)
+    state.out.append(Deliver(target.identity, sender_id, sender_name, sent_at, [msg_id],
+                             [message], attachments or [], expects_reply, extra))
+
+
+def deliver_texts(state: State, sender: Session, target: Session, ids: list[str],
+                  texts: list[str]) -> None:
+    """Plain text messages (no attachments, not asks) from ``sender``, in order."""
+    state.recent_for(target).put_all(ids, value=sender.id)
+    if target.agent is not None:
+        touch(state, target)
+    state.out.append(Deliver(target.identity, sender.id, sender.name, state.wall, ids, texts))
