@@ -2,7 +2,9 @@
 
 This file is the table. :func:`handle` checks an envelope against its kind's
 declaration in :mod:`schemas.kinds`, finds the session its connection speaks for,
-and calls the handler named here. A handler refuses by raising
+asks :func:`broker.core.cluster.placement.place` whether the request belongs on another
+broker (forwarded whole) or must wait for a dead broker's run (parked), and otherwise
+calls the handler named here. A handler refuses by raising
 :class:`~schemas.errors.BusError`; :func:`handle` turns every refusal (and any bug,
 counted as ``internal_error``) into one answer through
 :meth:`~broker.core.kernel.state.State.answer`, and the final pass builds its envelope with
@@ -20,7 +22,7 @@ from schemas.limits import PROTOCOL_VERSION
 
 from broker.core.sessions import authority, connect, control, grants, membership
 from broker.core.agents import conversations, invoke_actions as invoking
-from broker.core.cluster import forwarding, ownership
+from broker.core.cluster import placement
 from broker.core.workflow import hosting, stage_binding as stages
 from broker.core.messaging import handlers as messaging
 from broker.core.agents.recovery import recovery
@@ -53,8 +55,6 @@ def _workflow(state: State, session, env: dict, re: str, now: float) -> None:
     op = WORKFLOW_OPS.get(env["op"])
     if op is None:
         raise BusError("bad_envelope", detail=f"op must be one of {', '.join(WORKFLOW_OPS)}")
-    if state.cluster.others and forwarding.host_operation(state, session, env, re, now):
-        return                   # the run's broker answers it
     answer = op(state, session, env, now)
     if answer is not None:       # None: answered once its write is committed
         state.answer(session, re, answer)
@@ -143,6 +143,10 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
             kinds.check(env, "hello")
             if re is None:
                 raise BusError("bad_envelope", detail="missing field 'id'")
+            where = placement.place(state, session, kind, env)
+            if where is not None:
+                placement.carry_out(state, session, identity, where, env, [re], now)
+                return
             connect.hello(state, identity, session, env, re, now)
             return
         route = KINDS.get(kind) if kind.__class__ is str else None
@@ -156,9 +160,12 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
             control.check_request(kind, env)     # it may only read
         if route.needs_id and re is None:
             raise BusError("bad_envelope", detail=route.needs_id)
+        where = placement.place(state, session, kind, env)
+        if where is not None:
+            ids = env["ids"] if kind == "sends" else [re]
+            placement.carry_out(state, session, identity, where, env, ids, now)
+            return
         route.handler(state, session, env, re, now)
-    except ownership.Parked:
-        return          # it waits for a dead broker's run to be adopted, then runs again
     except BusError as error:
         if re is None and kind.__class__ is str and kind in _UNANSWERED:
             state.stats[f"dropped.{error.code}"] += 1

@@ -106,8 +106,6 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         ownership.check_here(state, ownership.path_run(parent.mirrored_stage))
     stage = None
     if kind == STAGE and env.get("stage"):
-        if state.cluster.orphans:
-            ownership.hold(state, ownership.path_run(env["stage"]), now, identity, env)
         home, run, node = stage_home(state, env["stage"], env.get("group"), env.get("grant"), now)
         stage = (run, node)
     else:

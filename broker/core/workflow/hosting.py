@@ -43,7 +43,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> None:
         raise BusError("invalid_params", detail="lateRouter must be true or false")
     run = state.runs.get(run_id)
     if run is None:
-        _not_elsewhere(state, run_id, now, session, env)
+        ownership.check_here(state, run_id)
     if run is not None:
         if run.host_id not in (None, session.id):
             raise BusError("not_run_host", run_id=run_id)
@@ -94,7 +94,7 @@ def take_over(state: State, session: Session, env: dict, now: float) -> dict[str
     invalid_grant | too_many_runs | too_many_groups)."""
     run = state.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
     if run is None:
-        _not_elsewhere(state, env.get("runId"), now, session, env)
+        ownership.check_here(state, env.get("runId"))
         raise BusError("unknown_run", run_id=env.get("runId"))
     if run.host_id is not None and run.host_id != session.id:
         raise BusError("not_run_host", run_id=run.run_id)
@@ -223,15 +223,6 @@ def end_run(state: State, session: Session, env: dict, now: float) -> dict[str, 
             table.get(holder, set()).discard(run.run_id)
     state.persist(RunEnded(run.run_id))
     return {"runId": run.run_id, "ended": True, "undeliverable": undeliverable}
-
-
-def _not_elsewhere(state: State, run_id: object, now: float, session: Session,
-                   env: dict) -> None:
-    """For a run another broker owns: raises BusError(run_elsewhere). For a dead
-    broker's run not adopted yet: the request waits (ownership.Parked)."""
-    ownership.check_here(state, run_id)
-    if state.cluster.orphans:
-        ownership.hold(state, run_id, now, session.identity, env)
 
 
 def hosted(state: State, session: Session, env: dict) -> Run:
