@@ -20,13 +20,16 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from broker.core.sessions import authority, connect, control, grants, membership
+from broker.core.sessions import authority, connect, control, grants, membership, presence
+from broker.core.messaging import ask_actions
+from broker.core.workflow import closed_stages
 from broker.core.agents import conversations, invoke_actions as invoking
-from broker.core.cluster import placement
+from broker.core.cluster import changes, placement
 from broker.core.workflow import hosting, stage_binding as stages
 from broker.core.messaging import handlers as messaging
 from broker.core.agents.recovery import recovery
 from broker.core.agents.respond_action import ack_output, respond
+from broker.core.kernel.lifecycle import RunClosed, SessionChanged, SessionLeft
 from broker.core.kernel.params import tool_params
 from broker.core.kernel.state import State
 
@@ -118,6 +121,15 @@ WORKFLOW_OPS: dict[str, Callable[..., "dict[str, Any] | None"]] = {
     "end_run": hosting.end_run,
     "revoke_stage": hosting.revoke_stage,
     "take_over": hosting.take_over,
+}
+
+# Who hears each lifecycle event (broker.core.kernel.lifecycle), in this order: a
+# session's groups hear it left before its asks fail and its stage is unbound.
+LIFECYCLE: dict[type, tuple] = {
+    SessionLeft: (presence.session_left, ask_actions.session_left, stages.session_left,
+                  closed_stages.session_left, conversations.session_left, changes.session_left),
+    SessionChanged: (changes.session_changed,),
+    RunClosed: (changes.run_closed,),
 }
 
 # Kinds a client sends without an id: a refusal is counted, not answered (except

@@ -44,7 +44,7 @@ from broker.core.cluster import links, ownership, remote_listing
 from broker.core.agents.registry import Conversation
 from broker.core.kernel.commands import Answer, Command
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
-from broker.core.kernel.dispatch import handle
+from broker.core.kernel.dispatch import LIFECYCLE, handle
 from broker.core.kernel.outbox import render
 from broker.core.kernel.records import InvocationSaved, InvocationState, Snapshot, StickyRow
 from broker.core.sessions.registry import Registry
@@ -77,6 +77,7 @@ class Engine:
                  endpoint: str = "", lease_s: float = LEASE_S, curve_public: str = "") -> None:
         self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
                            warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
+        self.state.listeners = LIFECYCLE
         self.state.cluster.endpoint = endpoint
         self.state.cluster.lease_s = lease_s
         self.state.cluster.curve_public = curve_public

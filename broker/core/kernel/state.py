@@ -102,6 +102,8 @@ class State:
     departures: Departures = field(default_factory=Departures)   # peers still to be told
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)
+    # lifecycle event type -> its listeners, in order (broker.core.kernel.lifecycle)
+    listeners: dict[type, tuple] = field(default_factory=dict)
     internal_errors: list[Exception] = field(default_factory=list)
     tickets: dict[int, tuple[OnDone, OnFailed | None, OnKept | None]] = field(default_factory=dict)
     next_ticket: int = 0

@@ -27,6 +27,7 @@ from broker.core.kernel.records import RunEnded
 from broker.core.workflow.run_tree import Node, Run, build_nodes
 from broker.core.sessions.registry import Session
 from broker.core.workflow.stage_binding import save, set_host
+from broker.core.kernel.lifecycle import RunClosed, emit
 from broker.core.kernel.state import State
 
 
@@ -217,7 +218,7 @@ def end_run(state: State, session: Session, env: dict, now: float) -> dict[str, 
             notify_undeliverable(state, entry, "run ended before a matching stage received it")
     close_run(state, run)
     del state.runs[run.run_id]
-    ownership.ended(state, run.run_id)
+    emit(state, RunClosed(run.run_id))
     for table in (state.hosted, state.hosted_before):
         for holder in {run.host_id, run.last_host_id}:
             table.get(holder, set()).discard(run.run_id)
