@@ -13,7 +13,6 @@ counted as ``internal_error``) into one answer through
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from schemas import kinds
@@ -37,10 +36,6 @@ KindHandler = Callable[..., None]
 ActionHandler = Callable[..., "dict[str, Any] | None"]
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    handler: KindHandler
-    needs_id: str | None = None   # a request: refused with this detail without a usable id
 
 
 def _call(state: State, session, env: dict, re: str, now: float) -> None:
@@ -81,25 +76,25 @@ def _grant(state: State, session, env: dict, re: str, now: float) -> None:
 # -- the tables ---------------------------------------------------------------------
 
 # ``hello`` is the one kind handled without a session (see handle()).
-KINDS: dict[str, Route] = {
-    "call": Route(_call, "a call needs a string id"),
-    "sends": Route(messaging.sends),
-    "supervisor": Route(messaging.supervisor, "a supervisor ask needs a string id"),
-    "workflow": Route(_workflow, "a workflow operation needs a string id"),
-    "status": Route(connect.lifecycle),
-    "received": Route(_received),
-    "grant": Route(_grant, "a grant request needs a string id"),
-    "respond": Route(respond, "a respond needs a string id"),
-    "ack_output": Route(ack_output, "ack_output needs a string id"),
-    "sessions": Route(conversations.sessions, "a sessions request needs a string id"),
-    "invoke": Route(invoking.invoke, "an invoke needs a string id"),
-    "finish_invocation": Route(invoking.finish, "finish_invocation needs a string id"),
-    "turn": Route(conversations.turn),
-    "recovery": Route(recovery, "a recovery report needs a string id"),
-    "reset": Route(conversations.reset, "a reset needs a string id"),
-    "delete": Route(conversations.delete, "a delete needs a string id"),
-    "bye": Route(connect.bye),
-    "hb": Route(connect.heartbeat),
+KINDS: dict[str, KindHandler] = {
+    "call": _call,
+    "sends": messaging.sends,
+    "supervisor": messaging.supervisor,
+    "workflow": _workflow,
+    "status": connect.lifecycle,
+    "received": _received,
+    "grant": _grant,
+    "respond": respond,
+    "ack_output": ack_output,
+    "sessions": conversations.sessions,
+    "invoke": invoking.invoke,
+    "finish_invocation": invoking.finish,
+    "turn": conversations.turn,
+    "recovery": recovery,
+    "reset": conversations.reset,
+    "delete": conversations.delete,
+    "bye": connect.bye,
+    "hb": connect.heartbeat,
 }
 
 ACTIONS: dict[str, ActionHandler] = {
@@ -132,6 +127,9 @@ LIFECYCLE: dict[type, tuple] = {
     RunClosed: (changes.run_closed,),
 }
 
+# Kinds declared as requests (schemas.kinds): refused without a usable id.
+_REQUESTS = frozenset(k.name for k in kinds.CLIENT_KINDS if k.request)
+
 # Kinds a client sends without an id: a refusal is counted, not answered (except
 # not_connected, which tells a client whose session is gone to say hello again).
 _UNANSWERED = frozenset({"hb", "status", "bye", "received", "turn"})
@@ -161,8 +159,8 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
                 return
             connect.hello(state, identity, session, env, re, now)
             return
-        route = KINDS.get(kind) if kind.__class__ is str else None
-        if route is None:
+        handler = KINDS.get(kind) if kind.__class__ is str else None
+        if handler is None:
             raise BusError("unknown_kind", kind=kind)
         if session is None:
             raise BusError("not_connected")
@@ -170,14 +168,14 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
         kinds.check(env, kind)
         if session.is_control:
             control.check_request(kind, env)     # it may only read
-        if route.needs_id and re is None:
-            raise BusError("bad_envelope", detail=route.needs_id)
+        if re is None and kind in _REQUESTS:
+            raise BusError("bad_envelope", detail=f"a {kind} request needs a string id")
         where = placement.place(state, session, kind, env)
         if where is not None:
             ids = env["ids"] if kind == "sends" else [re]
             placement.carry_out(state, session, identity, where, env, ids, now)
             return
-        route.handler(state, session, env, re, now)
+        handler(state, session, env, re, now)
     except BusError as error:
         if re is None and kind.__class__ is str and kind in _UNANSWERED:
             state.stats[f"dropped.{error.code}"] += 1

@@ -77,8 +77,6 @@ def pending(state: State, session: Session, params: dict, re: str, now: float,
 
 def supervisor(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
     """A child asks the session that launched it, across groups if need be."""
-    if re is None:
-        raise BusError("bad_envelope", detail="a supervisor ask needs a string id")
     params = {k: env[k] for k in ("message", "attachments", "timeout") if k in env}
     params = tool_params({**params, "action": "ask"})
     mark = fingerprint("supervisor", None, params.get("message"), None, params.get("attachments"))
