@@ -1,13 +1,6 @@
 """Every error the bus can report: a stable code and its text, defined once.
 
-Codes are grouped by class the way a caller reacts to them:
-
-* ``protocol``: the frame or envelope itself is wrong (a client bug or a hostile peer).
-* ``request``: the tool parameters are wrong; fix the call.
-* ``target``: the target cannot be resolved or may not be reached.
-* ``authority``: the caller holds no grant (or a wrong one) for what it asked.
-* ``state``: the call is well-formed but the bus refuses it in its current state.
-* ``peer``: the other side went away or never answered.
+Codes are grouped by class the way a caller reacts to them (:data:`CLASSES`).
 
 Each code also says whether sending the request again may help (``retry``, one of
 :data:`RETRY_RULES`): most refusals stand until the request or the setup changes; a
@@ -25,6 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+
+CLASSES = {
+    "protocol": "the frame or envelope itself is wrong (a client bug or a hostile peer)",
+    "request": "the tool parameters are wrong; fix the call",
+    "target": "the target cannot be resolved or may not be reached",
+    "authority": "the caller holds no grant (or a wrong one) for what it asked",
+    "state": "the call is well-formed but the bus refuses it in its current state",
+    "peer": "the other side went away or never answered",
+}
 
 # Whether the same request, sent again, may succeed.
 NO = "no"                # refused the same way until the request or the setup changes
@@ -162,7 +164,7 @@ _TABLE = [
     ErrorSpec("stage_not_deliverable", "state", "{to!r} is a stage with group \"default\": it is "
               "not workflow-owned and cannot receive Intercom messages before it starts; send "
               "to it once it is running", LATER),
-    # Resource limits (broker flags --max-*; see the README's limits table).
+    # Resource limits (broker flags --max-*; see the limits table in docs/operations.md).
     ErrorSpec("too_many_sessions", "state", "The broker holds {count} sessions{scope}, its limit "
               "(--{flag} {limit}); close a session or ask the operator to raise the limit", LATER),
     ErrorSpec("session_rate_limited", "state", "Sessions from this {scope} are opened faster "

@@ -47,7 +47,7 @@ WAIT_TIMEOUT_S = 60.0              # the MCP server's wait tool: default timeout
 MAX_WAIT_TIMEOUT_S = 300.0         # ... and its largest
 
 # What one client may make the broker hold (each is a flag and a config field; the
-# README's limits table is generated from broker.limits_table).
+# limits table of docs/operations.md is generated from schemas.bounds).
 MAX_SESSIONS = 4096                # live sessions, broker-wide
 MAX_SESSIONS_PER_CONNECTION = 1024 # live sessions from one peer (process, key; connection on TCP)
 MAX_NEW_SESSIONS_PER_SECOND = 100  # sessions one peer (or connection) opens a second, past a burst
