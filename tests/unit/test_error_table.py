@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from schemas.error_help import HELP
-from schemas.errors import ERRORS, LOCAL, REDIRECTS, RETRY_RULES, BusError
+from schemas.errors import CLASSES, ERRORS, LOCAL, REDIRECTS, RETRY_RULES, BusError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,3 +34,7 @@ def test_no_broker_module_raises_a_code_a_client_gives_itself(code):
     offenders = [str(path.relative_to(ROOT)) for path in (ROOT / "broker").rglob("*.py")
                  if quoted in path.read_text()]
     assert offenders == []
+
+
+def test_every_code_belongs_to_a_declared_class():
+    assert {spec.kind for spec in ERRORS.values()} <= set(CLASSES)
