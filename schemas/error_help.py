@@ -158,7 +158,8 @@ HELP: dict[str, str] = {
                               "an existing one.",
     "target_backlogged": "The target is not reading; try later (it is dropped if it stays "
                          "stuck), and tell its owner.",
-    "stage_closed": "Contact a live stage, or start new work with the context it needs.",
+    "stage_closed": "Ask a stage that is still running, or begin fresh work and give it "
+                    "what it needs to know.",
     "run_taken_over": "Talk to the run through the session that took it over.",
     "run_elsewhere": "Clients follow this by themselves: say hello again at `endpoint`.",
     "run_moving": "Too many requests wait for the run's adoption: send again in a moment, "
