@@ -16,7 +16,7 @@ from client import transport
 from schemas import limits
 from schemas.errors import ERRORS, LOCAL, RETRY_RULES
 from schemas.kinds import BROKER_KINDS, CLIENT_KINDS, ID_MAX, LINK_KINDS, TEXT_MAX, Field, Kind
-from schemas.tools import TOOL_SCHEMAS
+from schemas.tools import ATTACHMENT_SCHEMA, OUTPUT_ATTACHMENT_SCHEMA, TOOL_SCHEMAS
 from schemas.welcome import WELCOME_FIELDS
 
 # The words of the summary table (schemas.kinds.describe): msgpack's nil is "null".
@@ -108,6 +108,26 @@ def describe_broker_kinds() -> str:
 
 def describe_link_kinds() -> str:
     return describe_kinds(LINK_KINDS)
+
+
+def _object_rows(schema: dict) -> list[str]:
+    rows = []
+    for name, sub in schema["properties"].items():
+        limit = sub.get("maxLength")
+        kind = " or ".join(f"`{v}`" for v in sub["enum"]) if "enum" in sub else _JSON_TYPES[sub["type"]]
+        rows.append(f"| `{name}` | {kind} | {'yes' if name in schema.get('required', ()) else ''} | "
+                    f"{f'≤ {limit:,} chars' if limit else ''} | {cell(sub.get('description', ''))} |")
+    return rows
+
+
+def describe_attachments() -> str:
+    """The two attachment shapes: a message's (``intercom``) and an output's (``respond``)."""
+    head = ["| field | type | required | limit | meaning |", "|---|---|---|---|---|"]
+    return "\n".join(["An item of a message's `attachments` (`call`, `supervisor`, `msg`); no "
+                      "other field is allowed:", ""] + head + _object_rows(ATTACHMENT_SCHEMA) +
+                     ["", "An item of a `respond`'s (and an `output` event's) `attachments`: a "
+                      "path the broker carries, never the file's bytes:", ""] + head +
+                     _object_rows(OUTPUT_ATTACHMENT_SCHEMA)) + "\n"
 
 
 def describe_welcome() -> str:

@@ -38,6 +38,7 @@ DOCUMENTS: dict[str, tuple[Section, ...]] = {
         _named("welcome", protocol_tables.describe_welcome),
         _named("numbers", protocol_tables.describe_numbers),
         _named("client kinds", protocol_tables.describe_client_kinds),
+        _named("attachments", protocol_tables.describe_attachments),
         _named("broker kinds", protocol_tables.describe_broker_kinds),
         _named("link kinds", protocol_tables.describe_link_kinds),
         _named("errors", protocol_tables.describe_errors),
