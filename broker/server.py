@@ -27,6 +27,7 @@ from schemas.limits import LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
+from broker.core.kernel import inputs
 from broker.core.kernel.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadJobs
 from broker.core.kernel.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
 from .curve import CurveError, CurveServer
@@ -228,7 +229,7 @@ class Broker:
                 # Normally only with the input drained: heartbeats still queued in the
                 # socket must count before anyone is declared silent. Under a flood
                 # that never drains, timers still run once a second.
-                commands.extend(engine.tick(now, wall))
+                commands.extend(engine.handle(inputs.Tick(now, wall)))
                 last_tick = now
             if now >= self._lease_due:
                 # Leases are read by other processes, so they are wall-clock times.
@@ -258,7 +259,7 @@ class Broker:
             if self._written:
                 # Backlog accounting (broker.core.sessions.backlog): may drop a session not reading.
                 written, self._written = self._written, {}
-                more = engine.wrote(written, now, wall)
+                more = engine.handle(inputs.Wrote(written, now, wall))
                 if more:
                     self._execute(more)
             if engine.internal_errors:
@@ -269,7 +270,7 @@ class Broker:
             if idle is not None and idle.due(engine.local_sessions, now):
                 self.log.info("broker_idle_exit", idle_s=idle.after_s)
                 self._stopping = True
-        self._execute(engine.stopping(time.monotonic(), time.time()))
+        self._execute(engine.handle(inputs.Stopping(time.monotonic(), time.time())))
         self.log.info("broker_stopping", sessions=len(engine.registry), **self.statistics())
 
     def _drain_router(self, now: float, wall: float, commands: list) -> bool:
@@ -311,9 +312,9 @@ class Broker:
                     raise BusError("bad_envelope", detail="a message must be exactly one frame")
                 envs = unpack_frame(frame, LINK_FRAME_BYTES if identity in by_link else MAX_FRAME_BYTES)
             except BusError as error:
-                commands.extend(engine.refuse_frame(identity, error))
+                commands.extend(engine.handle(inputs.BadFrame(identity, error)))
                 continue
-            commands.extend(engine.receive_batch(identity, envs, now, wall, peer, by_address))
+            commands.extend(engine.handle(inputs.Frame(identity, envs, now, wall, peer, by_address)))
         return True
 
     def _drain_worker(self, now: float, wall: float, commands: list) -> None:
@@ -326,24 +327,24 @@ class Broker:
             if report["brokers"] is not None:
                 self._brokers_read(report["brokers"], now, wall, commands)
             for dead, snapshot in self.worker.adopted():
-                commands.extend(engine.runs_adopted(dead, snapshot, now, wall))
+                commands.extend(engine.handle(inputs.RunsAdopted(dead, snapshot, now, wall)))
             if report.get("jobs"):
-                commands.extend(engine.jobs_read(report["jobs"], now, wall))
+                commands.extend(engine.handle(inputs.JobsRead(report["jobs"], now, wall)))
             for ticket in report["done"]:
-                commands.extend(engine.persisted(ticket, now, wall))
+                commands.extend(engine.handle(inputs.Committed(ticket, now, wall)))
             for ticket, code in report.get("refused", ()):
-                commands.extend(engine.persist_failed(ticket, now, wall, code))
+                commands.extend(engine.handle(inputs.CommitFailed(ticket, now, wall, code)))
             for ticket, fields in report.get("kept", ()):
-                commands.extend(engine.persist_kept(ticket, StickyRow.from_fields(fields), now, wall))
+                commands.extend(engine.handle(inputs.CommitKept(ticket, StickyRow.from_fields(fields), now, wall)))
             for ticket in report["failed"]:
-                commands.extend(engine.persist_failed(ticket, now, wall, report["code"]))
+                commands.extend(engine.handle(inputs.CommitFailed(ticket, now, wall, report["code"])))
 
     def _brokers_read(self, rows: list[dict], now: float, wall: float, commands: list) -> None:
         """The other brokers' live lease rows: their CURVE keys are allowed first (a
         link the engine opens may be answered by one at once), then the engine links."""
         if self.curve is not None:
             self.curve.allow_brokers(row["curve_public"] for row in rows)
-        commands.extend(self.engine.brokers_read(rows, now, wall))
+        commands.extend(self.engine.handle(inputs.BrokersRead(rows, now, wall)))
         unlinked = self.engine.cluster.unlinked
         for broker_id in unlinked.keys() - self._told_unlinked:
             self.log.warning("broker_not_linked", peer=broker_id, reason=unlinked[broker_id])
@@ -354,7 +355,7 @@ class Broker:
         that keeps failing is logged once per streak."""
         for seen in self.links.handshakes():
             if seen.given_up:
-                commands.extend(self.engine.link_refused(seen.broker_id, now, wall))
+                commands.extend(self.engine.handle(inputs.LinkRefused(seen.broker_id, now, wall)))
             if seen.failures == 0:
                 self._told_failing.discard(seen.broker_id)
             elif seen.failures >= HANDSHAKE_FAILURES_LOGGED and seen.broker_id not in self._told_failing:

@@ -44,6 +44,7 @@ from broker.core.cluster import links, ownership, remote_listing
 from broker.core.agents.registry import Conversation
 from broker.core.kernel.commands import Answer, Command
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
+from broker.core.kernel import inputs
 from broker.core.kernel.dispatch import LIFECYCLE, handle
 from broker.core.kernel.outbox import render
 from broker.core.kernel.records import InvocationSaved, InvocationState, Snapshot, StickyRow
@@ -67,7 +68,8 @@ def _random_token() -> str:
 
 
 class Engine:
-    """All routing state of one broker, behind the four inputs. See the module docstring."""
+    """All routing state of one broker, behind one entry point (:meth:`handle`). See the
+    module docstring."""
 
     def __init__(self, *, broker_id: str = "broker", limits: Limits = Limits(),
                  identities: dict[str, IdentityRecord] | None = None,
@@ -143,6 +145,12 @@ class Engine:
             elif saved.state == STARTED:
                 state.stats[f"invocations.{RESTARTED}"] += 1
                 state.persist(InvocationState(saved.id, FAILED, state.wall, RESTARTED_TEXT))
+
+    def handle(self, event: inputs.Input) -> list[Command]:
+        """The one entry point: handle one input from the shell (see
+        :mod:`broker.core.kernel.inputs`); returns the commands to carry out. The
+        methods below are the same inputs taken apart, kept for tests and tools."""
+        return _INPUTS[event.__class__](self, event)
 
     def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None,
                 peer: str = "", peer_is_address: bool = False) -> list[Command]:
@@ -317,3 +325,20 @@ class Engine:
 token_hash = connect.token_hash
 
 __all__ = ["Engine", "IdentityRecord", "Limits", "token_hash"]
+
+
+_INPUTS = {
+    inputs.Frame: lambda e, i: e.receive_batch(i.identity, i.envs, i.now, i.wall, i.peer,
+                                               i.peer_is_address),
+    inputs.BadFrame: lambda e, i: e.refuse_frame(i.identity, i.error),
+    inputs.Tick: lambda e, i: e.tick(i.now, i.wall),
+    inputs.Wrote: lambda e, i: e.wrote(i.counts, i.now, i.wall),
+    inputs.Committed: lambda e, i: e.persisted(i.ticket, i.now, i.wall),
+    inputs.CommitFailed: lambda e, i: e.persist_failed(i.ticket, i.now, i.wall, i.code),
+    inputs.CommitKept: lambda e, i: e.persist_kept(i.ticket, i.kept, i.now, i.wall),
+    inputs.BrokersRead: lambda e, i: e.brokers_read(i.rows, i.now, i.wall),
+    inputs.RunsAdopted: lambda e, i: e.runs_adopted(i.dead, i.snapshot, i.now, i.wall),
+    inputs.JobsRead: lambda e, i: e.jobs_read(i.rows, i.now, i.wall),
+    inputs.LinkRefused: lambda e, i: e.link_refused(i.broker_id, i.now, i.wall),
+    inputs.Stopping: lambda e, i: e.stopping(i.now, i.wall),
+}
