@@ -25,6 +25,7 @@ from broker.core.workflow import hosting, stage_binding as stages
 from broker.core.messaging import handlers as messaging
 from broker.core.agents.recovery import recovery
 from broker.core.agents.respond_action import ack_output, respond
+from broker.core.kernel.figures import stats
 from broker.core.kernel.params import tool_params
 from broker.core.kernel.state import State
 
@@ -89,6 +90,7 @@ KINDS: dict[str, Route] = {
     "respond": Route(respond, "a respond needs a string id"),
     "ack_output": Route(ack_output, "ack_output needs a string id"),
     "sessions": Route(conversations.sessions, "a sessions request needs a string id"),
+    "stats": Route(stats, "a stats request needs a string id"),
     "invoke": Route(invoking.invoke, "an invoke needs a string id"),
     "finish_invocation": Route(invoking.finish, "finish_invocation needs a string id"),
     "turn": Route(conversations.turn),
