@@ -26,7 +26,7 @@ from typing import Any
 
 from schemas.errors import BusError
 from schemas.limits import STATS_TOP_DEFAULT, STATS_TOP_MAX
-from schemas.names import FAILED, DONE, RUNNING
+from schemas.names import CONTROL, DONE, FAILED, RUNNING
 
 from broker.core.sessions import control
 from broker.core.sessions.registry import Session
@@ -90,10 +90,7 @@ def figures(state: State, now: float, top: int = STATS_TOP_DEFAULT) -> dict[str,
 
 
 def _sessions(state: State) -> dict[str, Any]:
-    kinds: Counter[str] = Counter()
-    for session in state.registry.by_id.values():
-        if session.broker is None:
-            kinds[session.kind] += 1
+    kinds = Counter(s.kind for s in state.registry.by_id.values() if s.broker is None)
     return {"local": sum(kinds.values()), "byKind": dict(sorted(kinds.items())),
             "mirrored": len(state.cluster.remote)}
 
@@ -101,25 +98,24 @@ def _sessions(state: State) -> dict[str, Any]:
 def _runs(state: State, top: int) -> dict[str, Any]:
     dormant = sum(1 for run in state.runs.values() if run.dormant)
     closed = {stage.run_id for kept in state.closed.values() for stage in kept.values()}
-    rows = []
-    for run in state.runs.values():
-        stages: Counter[str] = Counter(node.state for node in run.nodes())
-        entries, size = state.sticky.held(run.run_id)
-        rows.append((entries, run.created_at, run, stages, size))
-    largest = heapq.nlargest(top, rows, key=lambda row: (row[0], row[1]))
+    held = state.sticky.held
+    # The most queued first, then the newest; stages are counted for those rows only.
+    largest = heapq.nlargest(top, ((held(run_id)[0], run.created_at, run_id)
+                                   for run_id, run in state.runs.items()))
     return {"live": len(state.runs) - dormant, "dormant": dormant, "closed": len(closed),
             "elsewhere": len(state.cluster.run_owners),
-            "top": [_run_row(state, run, stages, entries, size, top)
-                    for entries, _, run, stages, size in largest]}
+            "top": [_run_row(state, state.runs[run_id], top) for _, _, run_id in largest]}
 
 
-def _run_row(state: State, run, stages: Counter, entries: int, size: int,
-             top: int) -> dict[str, Any]:
+def _run_row(state: State, run, top: int) -> dict[str, Any]:
     host = state.registry.by_id.get(run.host_id or "")
-    running = [node.key() for node in run.nodes() if node.state == RUNNING][:top]
+    nodes = list(run.nodes())
+    entries, size = state.sticky.held(run.run_id)
     return {"runId": run.run_id, "host": host.name if host is not None else None,
-            "dormant": run.dormant, "stages": dict(sorted(stages.items())),
-            "running": running, "entries": entries, "bytes": size}
+            "dormant": run.dormant,
+            "stages": dict(sorted(Counter(node.state for node in nodes).items())),
+            "running": [node.key() for node in nodes if node.state == RUNNING][:top],
+            "entries": entries, "bytes": size}
 
 
 def _queues(state: State, top: int) -> dict[str, Any]:
@@ -132,14 +128,16 @@ def _queues(state: State, top: int) -> dict[str, Any]:
 
 
 def _backlog(state: State, top: int) -> dict[str, Any]:
-    local = [s for s in state.registry.by_id.values() if s.broker is None and not s.is_control]
+    # (minus the backlog, serial, session): the furthest behind first, then the oldest;
+    # serials are unique, so sessions themselves are never compared.
+    rows = [(s.read_bytes - s.sent_bytes, s.serial, s) for s in state.registry.by_id.values()
+            if s.broker is None and s.kind != CONTROL]
     inbound = state.asks.inbound
-    largest = heapq.nsmallest(top, local, key=lambda s: (s.read_bytes - s.sent_bytes, s.serial))
-    return {"bytes": sum(s.sent_bytes - s.read_bytes for s in local),
+    return {"bytes": -sum(row[0] for row in rows),
             "top": [{"id": s.id, "name": s.name, "kind": s.kind, "status": s.status_text,
-                     "backlogBytes": s.sent_bytes - s.read_bytes,
-                     "pendingAsks": len(inbound.get(s.id, ())), "groups": len(s.groups)}
-                    for s in largest]}
+                     "backlogBytes": -behind, "pendingAsks": len(inbound.get(s.id, ())),
+                     "groups": len(s.groups)}
+                    for behind, _, s in heapq.nsmallest(top, rows)]}
 
 
 def _conversations(state: State) -> dict[str, Any]:
