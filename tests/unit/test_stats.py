@@ -127,3 +127,22 @@ def test_sessions_opening_and_leaving_and_refusals_are_noted_for_the_log():
                      ("request_refused", "alice", "target_not_found"),
                      ("session_left", "alice", "closed")]
     assert bus.engine.take_notes() == []
+
+
+def test_a_linked_broker_is_listed_and_one_taken_for_dead_is_noted_with_its_sessions():
+    from .test_links import linked_pair
+
+    pair = linked_pair()
+    pair.hello(pair.b, "bob")
+    a = pair.a
+    assert ("broker_linked", "bb") in [(e, f.get("peer")) for e, f in a.engine.take_notes()]
+    with_control(a)
+    brokers = stats(a)["brokers"]
+    assert brokers["links"] == 1 and [(p["brokerId"], p["linked"], p["sessions"])
+                                      for p in brokers["peers"]] == [("bb", True, 1)]
+    a.engine.take_notes()
+    a.advance(a.engine.state.limits.liveness_s * 0.6)
+    a.feed(b"ops", envelope("hb"))
+    a.advance(a.engine.state.limits.liveness_s * 0.6)      # bb said nothing meanwhile
+    gone = [f for e, f in a.engine.take_notes() if e == "broker_gone"]
+    assert [(f["peer"], f["sessions"]) for f in gone] == [("bb", 1)]
