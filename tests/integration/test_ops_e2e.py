@@ -211,3 +211,28 @@ def test_the_log_tells_sessions_coming_and_going_and_each_refusal(ops_broker):
     assert refused["code"] == "target_not_found" and refused["name"] == "logged"
     assert refused["level"] == "info"
     assert any(r["event"] == "request" and r["level"] == "debug" for r in log_records(proc))
+
+
+def test_a_refused_curve_key_is_logged_once_with_the_key(tmp_path):
+    from client import ConnectError
+    from client.keys import from_directory
+
+    path = make_tmp()
+    keys = path / "keys"
+    subprocess.run([sys.executable, "-m", "broker", "keys", "--dir", str(keys), "--client",
+                    "alice", "--client", "bob"], cwd=ROOT, check=True, capture_output=True,
+                   env=child_env(tmp_path))
+    (keys / "clients" / "bob.key").rename(path / "bob.key")      # bob is not allowed
+    proc = start_broker(path, "--curve", str(keys))
+    try:
+        bob = from_directory(keys, "bob")
+        for _ in range(2):
+            with pytest.raises(ConnectError) as refused:
+                Client.connect(name="bob", endpoint=proc.endpoint, timeout=15,
+                               curve_server_key=bob.server_key, curve_public_key=bob.public_key,
+                               curve_secret_key=bob.secret_key)
+            assert refused.value.code == "auth_failed"
+        lines = [r for r in log_records(proc) if r["event"] == "curve_key_refused"]
+        assert [(r["key"], r["level"]) for r in lines] == [(bob.public_key, "info")]
+    finally:
+        proc.stop()
