@@ -43,6 +43,7 @@ from broker.core.workflow.sticky_queue import StickyQueues
 
 RECENT_PER_SESSION = 512      # ordinary messages a session can still reply to: 256 to 512
 REFUSALS_KEPT = 32            # the latest refusals, for stats (broker.core.kernel.figures)
+NOTES_KEPT = 10_000           # notes not yet taken by the shell; past it they are counted, not kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +133,10 @@ class State:
 
     def note(self, event: str, **fields: Any) -> None:
         """Tell the operator (the shell logs it at info level)."""
-        self.notes.append((event, fields))
+        if len(self.notes) < NOTES_KEPT:
+            self.notes.append((event, fields))
+        else:
+            self.stats["notes.dropped"] += 1
 
     def refused(self, to: Session | bytes, re: str | None, code: str) -> None:
         """Count one refused request, keep it among the latest, and note it for one
@@ -143,7 +147,7 @@ class State:
         caller = {"session": session.id, "name": session.name} if session is not None \
             else {"connection": to.hex()}
         self.refusals.append((self.wall, code, caller, re))
-        self.notes.append(("request_refused", {"code": code, "re": re, **caller}))
+        self.note("request_refused", code=code, re=re, **caller)
 
     def settle(self, to: Session | None, re: str, value: dict[str, Any] | BusError) -> None:
         """The deferred answer of request ``re`` (an ask's reply or refusal, a queued
