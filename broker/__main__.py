@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from schemas.bounds import BOUNDS
-from schemas.limits import LEASE_S
 from schemas.config import load_config
 from schemas.limits import LEASE_S
 from schemas.paths import data_dir, database_path, ensure_data_dir, pub_endpoint, router_endpoint
@@ -54,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--exit-when-idle", type=_positive_float, metavar="SECONDS",
                         help="stop after SECONDS without a session of its own (how a broker "
                         "a client started by itself ends; default: serve until stopped)")
+    parser.add_argument("--metrics-port", type=_port, metavar="PORT",
+                        help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: a "
+                        "free port, logged; needs the 'metrics' extra; default: off)")
     parser.add_argument("--pid-file", type=Path, metavar="PATH",
                         help="write this process's pid there once serving; removed at exit")
     limits = parser.add_argument_group("limits", "what one client may make the broker hold "
@@ -72,6 +74,12 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535, got {text!r}")
+    return int(text)
 
 
 def _positive_int(text: str) -> int:
@@ -147,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         data_dir=base,
         broker_lease_s=args.broker_lease_s or args.lease_s,
         exit_when_idle_s=args.exit_when_idle,
+        metrics_port=args.metrics_port,
     )
     try:
         broker = Broker(settings)

@@ -34,6 +34,7 @@ from .curve import CurveError, CurveServer
 from .idle import IdleExit
 from .link_sockets import LinkSockets
 from .logs import get_logger
+from .observe import Observer
 from .persistence import READ_BROKERS, PersistenceWorker
 from .startup import StartupError, bind, check_exposure, lock_ipc, own_database
 from .store import StoreOpenError, open_store
@@ -86,6 +87,7 @@ class BrokerSettings:
     broker_lease_s: float = LEASE_S    # this broker's lease row; renewed every third of it
     data_dir: Path | None = None       # holds agents/<agent>/config (default: the db's directory)
     exit_when_idle_s: float | None = None   # stop after this long without a session (broker.idle)
+    metrics_port: int | None = None    # serve Prometheus metrics on 127.0.0.1 (broker.metrics)
 
     @property
     def agents_dir(self) -> Path:
@@ -126,6 +128,7 @@ class Broker:
                                  curve_public=self.curve_public)
             restored = self.engine.restore(snapshot, time.time())
             self._load_agents()
+            self.observer = Observer(self.log, settings.db_path, settings.metrics_port)
             self.router, self.pub = bind(self.ctx, settings.endpoint, settings.pub_endpoint,
                                          self.curve)
         except Exception:
@@ -266,6 +269,10 @@ class Broker:
                 for exc in engine.internal_errors:
                     self.log.error("internal_error", exc_info=exc)
                 engine.internal_errors.clear()
+            if engine.state.notes:
+                self.observer.log_notes(engine.take_notes())
+            if now >= self.observer.due:
+                self.observer.refresh(engine, worker, now, self.frames_in, self.frames_out)
             deadline = min(engine.next_deadline(), self._brokers_due)
             if idle is not None and idle.due(engine.local_sessions, now):
                 self.log.info("broker_idle_exit", idle_s=idle.after_s)
@@ -314,6 +321,8 @@ class Broker:
             except BusError as error:
                 commands.extend(engine.handle(inputs.BadFrame(identity, error)))
                 continue
+            if self.observer.debug:
+                self.observer.log_requests(identity, envs)
             commands.extend(engine.handle(inputs.Frame(identity, envs, now, wall, peer, by_address)))
         return True
 
@@ -447,6 +456,8 @@ class Broker:
         return stats
 
     def close(self) -> None:
+        if getattr(self, "observer", None) is not None:
+            self.observer.close()
         worker = getattr(self, "worker", None)
         if worker is not None:
             worker.stop(release=LeaseReleased(self.broker_id))

@@ -336,6 +336,12 @@ class Session(ConversationMethods, HostingMethods):
         del fields["action"]
         return self._ask("supervisor", fields, timeout)
 
+    def stats(self, top: int | None = None) -> dict[str, Any]:
+        """What the broker holds and does, ``top`` rows per largest-first list (see
+        ``stats`` in schemas.kinds). Control connections only: a session is refused
+        ``control_only``."""
+        return self._call("stats", {} if top is None else {"top": top})
+
     def mark_terminal(self) -> dict[str, Any]:
         """Declare that this session can no longer answer asks (a finished child)."""
         return self._call("status", {"replyCapability": "terminal"})

@@ -28,7 +28,8 @@ from typing import Any
 from .errors import BusError
 from .generated import main, replace_section
 from .limits import (MAX_BATCH, MAX_CHANNEL_CHARS, MAX_CWD_CHARS, MAX_FRAME_BYTES,
-                     MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_SEND_ITEMS)
+                     MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_SEND_ITEMS, STATS_TOP_DEFAULT,
+                     STATS_TOP_MAX)
 
 CLIENT, BROKER = "client → broker", "broker → client"
 LINK = "broker → broker"    # over the links of brokers sharing one database
@@ -177,6 +178,13 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          "named agent's: ``{sessions: [...]}``. Read-only: it takes no invocation.", (
         _f("agent", str, "control connections only, and required there: whose sessions",
            max_len=None),
+    ), request=True),
+    Kind("stats", CLIENT, "What the broker holds and does (control connections only; a "
+         "session is refused ``control_only``): ``{broker, sessions, groups, runs, queues, "
+         "backlog, asks, invocations, conversations, brokers, store, counters, "
+         "lastRefusals}``; ``queues`` and ``backlog`` list the largest first.", (
+        _f("top", int, f"how many rows the largest-first lists hold (1 to {STATS_TOP_MAX}, "
+           f"default {STATS_TOP_DEFAULT})"),
     ), request=True),
     Kind("invoke", CLIENT, "Queue a one-shot turn in another persistent session of the agent; "
          "answered ``{queued, id, session}`` once the job is committed.", (

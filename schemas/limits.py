@@ -14,6 +14,8 @@ MAX_GROUP_CHARS = 128
 MAX_TARGET_CHARS = 512
 MAX_PREVIEW_CHARS = 80             # pending-ask preview
 MAX_CWD_CHARS = 4096               # a session's working directory (PATH_MAX on Linux)
+STATS_TOP_DEFAULT = 10             # rows of each largest-first list in a ``stats`` answer
+STATS_TOP_MAX = 100                # ... and the most a caller may ask for
 
 PREFIX_LEN = 8                     # unique hex prefix of a UUID session id
 

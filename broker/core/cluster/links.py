@@ -223,6 +223,8 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
         _say_hello(state, peer)
     if peer.identity is not None and peer.identity != identity:
         cluster.by_link.pop(peer.identity, None)
+    if peer.identity != identity:
+        state.note("broker_linked", peer=broker_id, endpoint=peer.endpoint)
     peer.identity = identity
     peer.heard_at = now
     peer.lease_until = max(peer.lease_until, env["until"])
@@ -368,6 +370,7 @@ def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False)
     may come back (its lease row is still live), so its link stays open."""
     cluster = state.cluster
     state.stats[f"brokers.gone.{reason.replace(' ', '_')}"] += 1
+    state.note("broker_gone", peer=peer.broker_id, reason=reason, sessions=len(peer.mirrors))
     peer.gone = True
     ownership.peer_gone(state, peer, now)      # before its mirrors (hosts) leave
     for session_id in sorted(peer.mirrors):

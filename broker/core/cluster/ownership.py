@@ -232,6 +232,8 @@ def adopted(state: State, dead: str, snapshot: Snapshot | None,
     state.cluster.orphans.pop(dead, None)
     runs = take(state, snapshot)
     state.stats["runs.adopted"] += len(runs)
+    if runs:
+        state.note("runs_adopted", dead=dead, runs=sorted(run.run_id for run in runs))
     if orphans is None:
         return runs, []
     left = {run_id: host for run_id, host in orphans.hosts.items()

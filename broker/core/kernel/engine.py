@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 
 from schemas.agent_config import AgentSettings
 from schemas.errors import BusError
-from schemas.limits import LEASE_S
+from schemas.limits import LEASE_S, STATS_TOP_DEFAULT
 from schemas.names import FAILED, QUEUED, STARTED
 
 from broker.core.messaging import ask_actions as asking
@@ -46,6 +46,7 @@ from broker.core.kernel.commands import Answer, Command
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
 from broker.core.kernel import inputs
 from broker.core.kernel.dispatch import LIFECYCLE, handle
+from broker.core.kernel.figures import ShellFigures, figures
 from broker.core.kernel.outbox import render
 from broker.core.kernel.records import InvocationSaved, InvocationState, Snapshot, StickyRow
 from broker.core.sessions.registry import Registry
@@ -112,7 +113,22 @@ class Engine:
     def cluster(self):
         return self.state.cluster
 
+    def take_notes(self) -> list[tuple[str, dict[str, Any]]]:
+        """What happened that an operator reads (see State.note), oldest first; the
+        shell logs them after each round."""
+        notes, self.state.notes = self.state.notes, []
+        return notes
+
+    def figures(self, now: float, top: int = STATS_TOP_DEFAULT) -> dict[str, Any]:
+        """What ``stats`` answers (the metrics endpoint's snapshot): fresh plain values."""
+        return figures(self.state, now, top)
+
     # -- inputs --------------------------------------------------------------------------
+
+    def shell_figures(self, shell: ShellFigures) -> None:
+        """The shell's own figures (store, process), as of now: ``stats`` answers with
+        the latest (see broker.core.kernel.figures)."""
+        self.state.shell = shell
 
     def set_agents(self, settings: Mapping[str, AgentSettings]) -> None:
         """The per-agent settings in force (the shell reads them from the agents' config
@@ -341,4 +357,5 @@ _INPUTS = {
     inputs.JobsRead: lambda e, i: e.jobs_read(i.rows, i.now, i.wall),
     inputs.LinkRefused: lambda e, i: e.link_refused(i.broker_id, i.now, i.wall),
     inputs.Stopping: lambda e, i: e.stopping(i.now, i.wall),
+    ShellFigures: lambda e, i: e.shell_figures(i) or [],
 }

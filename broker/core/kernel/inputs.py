@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from schemas.errors import BusError
 
+from broker.core.kernel.figures import ShellFigures
 from broker.core.kernel.records import Snapshot, StickyRow
 
 
@@ -119,6 +120,10 @@ class LinkRefused:
     wall: float | None = None
 
 
+# ShellFigures (broker.core.kernel.figures): the store's and process's figures, once a
+# second, for stats.
+
+
 @dataclass(frozen=True, slots=True)
 class Stopping:
     """The broker is about to stop."""
@@ -128,4 +133,4 @@ class Stopping:
 
 
 Input = (Frame | BadFrame | Tick | Wrote | Committed | CommitFailed | CommitKept | BrokersRead
-         | RunsAdopted | JobsRead | LinkRefused | Stopping)
+         | RunsAdopted | JobsRead | LinkRefused | Stopping | ShellFigures)

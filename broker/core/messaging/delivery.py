@@ -26,6 +26,7 @@ def deliver(state: State, sender_id: str, sender_name: str, target: Session, msg
         state.recent_for(target)[msg_id] = sender_id
     if target.agent is not None:
         touch(state, target)
+    state.stats["messages.routed"] += 1
     state.out.append(Deliver(target.identity, sender_id, sender_name, sent_at, [msg_id],
                              [message], attachments or [], expects_reply, extra))
 
@@ -36,4 +37,5 @@ def deliver_texts(state: State, sender: Session, target: Session, ids: list[str]
     state.recent_for(target).put_all(ids, value=sender.id)
     if target.agent is not None:
         touch(state, target)
+    state.stats["messages.routed"] += len(ids)
     state.out.append(Deliver(target.identity, sender.id, sender.name, state.wall, ids, texts))

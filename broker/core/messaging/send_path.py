@@ -104,7 +104,7 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
                 raise route_error
         except BusError as error:
             seen.record(msg_id, sender.id, mark, error)
-            state.stats[f"refused.{error.code}"] += 1
+            state.refused(sender, msg_id, error.code)
             out.append(Answer(identity, [msg_id], error, quiet))
             continue
         finally:
