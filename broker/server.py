@@ -28,7 +28,8 @@ from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
 from broker.core.kernel import inputs
-from broker.core.kernel.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadJobs
+from broker.core.kernel.commands import (AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadBrokers,
+                                         ReadJobs, RenewLease)
 from broker.core.kernel.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
 from .curve import CurveError, CurveServer
 from .idle import IdleExit
@@ -40,7 +41,6 @@ from .startup import StartupError, bind, check_exposure, lock_ipc, own_database
 from .store import StoreOpenError, open_store
 
 DRAIN_LIMIT = 512
-DISCOVERY_S = 1.0            # how often the other brokers' lease rows are read, at most
 # A link frame may carry a delivery as large as any frame the broker sends a client.
 LINK_FRAME_BYTES = MAX_INBOUND_FRAME_BYTES + (64 << 10)
 MAX_POLL_S = 0.5
@@ -138,8 +138,7 @@ class Broker:
         self.worker.start()
         self.worker.ready.wait()
         self._started_wall = time.time()
-        self._lease_due = 0.0
-        self._brokers_due = 0.0
+        self._handshakes_due = False
         self._told_unlinked: set[str] = set()    # brokers it cannot link to, logged once
         self._told_failing: set[str] = set()     # links whose handshakes keep failing, logged
         self._packb = new_packer()
@@ -234,22 +233,6 @@ class Broker:
                 # that never drains, timers still run once a second.
                 commands.extend(engine.handle(inputs.Tick(now, wall)))
                 last_tick = now
-            if now >= self._lease_due:
-                # Leases are read by other processes, so they are wall-clock times.
-                lease_s = self.settings.broker_lease_s
-                self._lease_due = now + lease_s / 3
-                self._brokers_due = now + min(DISCOVERY_S, lease_s / 3)
-                commands.append(Persist(LeaseRenewed(self.broker_id, os.getpid(),
-                                                     self.settings.endpoint,
-                                                     self._started_wall, wall + lease_s,
-                                                     self.curve_public)))
-                self._check_handshakes(now, wall, commands)
-            elif now >= self._brokers_due:
-                # Between renewals, the other brokers' rows are read (not written) so
-                # a new broker is linked, and a dead one's lease end seen, within a second.
-                self._brokers_due = now + min(DISCOVERY_S, self.settings.broker_lease_s / 3)
-                self.worker.submit([(None, READ_BROKERS)])
-                self._check_handshakes(now, wall, commands)
             if self._reload:
                 self._reload = False
                 if self.curve is not None:
@@ -259,6 +242,12 @@ class Broker:
                 self.log.info("agent_config_reloaded", directory=str(self.settings.agents_dir))
             if commands:
                 self._execute(commands)
+            if self._handshakes_due:       # with each lease renewal or read of the rows
+                self._handshakes_due = False
+                more = []
+                self._check_handshakes(now, wall, more)
+                if more:
+                    self._execute(more)
             if self._written:
                 # Backlog accounting (broker.core.sessions.backlog): may drop a session not reading.
                 written, self._written = self._written, {}
@@ -273,7 +262,7 @@ class Broker:
                 self.observer.log_notes(engine.take_notes())
             if now >= self.observer.due:
                 self.observer.refresh(engine, worker, now, self.frames_in, self.frames_out)
-            deadline = min(engine.next_deadline(), self._brokers_due)
+            deadline = engine.next_deadline()
             if idle is not None and idle.due(engine.local_sessions, now):
                 self.log.info("broker_idle_exit", idle_s=idle.after_s)
                 self._stopping = True
@@ -405,6 +394,16 @@ class Broker:
                 writes.append((command.ticket, command.record))
             elif kind is AdoptRuns or kind is ReadJobs:
                 writes.append((None, command))     # after the writes before it
+            elif kind is RenewLease:
+                # Leases are read by other processes, so they are wall-clock times.
+                writes.append((None, LeaseRenewed(self.broker_id, os.getpid(),
+                                                  self.settings.endpoint, self._started_wall,
+                                                  time.time() + command.lease_s,
+                                                  self.curve_public)))
+                self._handshakes_due = True
+            elif kind is ReadBrokers:
+                writes.append((None, READ_BROKERS))
+                self._handshakes_due = True
             else:
                 self._link(command, encode)
         router = self.router

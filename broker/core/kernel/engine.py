@@ -44,6 +44,7 @@ from broker.core.cluster import links, ownership, remote_listing
 from broker.core.agents.registry import Conversation
 from broker.core.kernel.commands import Answer, Command
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
+from broker.core.cluster.lease_clock import LeaseClock
 from broker.core.kernel import inputs
 from broker.core.kernel.dispatch import LIFECYCLE, handle
 from broker.core.kernel.figures import ShellFigures, figures
@@ -89,6 +90,7 @@ class Engine:
         # Sticky entry numbers must not collide with another broker's on one database.
         self.state.sticky.tag = zlib.crc32(broker_id.encode()) & ((1 << SEQ_TAG_BITS) - 1)
         self._next_sweep_at = 0.0
+        self.lease_clock = LeaseClock(lease_s)
 
     # -- what tests and the shell read -------------------------------------------------
 
@@ -272,6 +274,9 @@ class Engine:
                 state.stats["sessions.expired"] += 1
                 connect.disconnect(state, session, "heartbeat", now)
             hosting.expire_leases(state)
+        lease = self.lease_clock.due(now)
+        if lease is not None:
+            state.out.append(lease)
         departures.refill(state)
         departures.tell(state)
         asking.expire(state, now)
@@ -320,7 +325,7 @@ class Engine:
         invoke destination's recheck, a list waiting for another broker, or now while departures are still being told."""
         if self.state.departures:
             return 0.0
-        deadline = self._next_sweep_at
+        deadline = min(self._next_sweep_at, self.lease_clock.next_deadline)
         for at in (self.state.asks.next_deadline(), self.state.invocations.next_deadline(),
                    remote_listing.next_deadline(self.state)):
             if at is not None and at < deadline:
