@@ -33,7 +33,7 @@ brokers to link to, and whose CURVE keys to allow; after a batch holding
 :class:`~broker.core.kernel.commands.ReadJobs` (a read, not a record) it lists those
 conversations' queued jobs (``jobs``, as records' fields). A failed transaction reports the same tickets
 failed, with the error text and the error code their waiters get (see
-:func:`broker.store.failure_code`), and the worker keeps serving: nothing waits forever
+:meth:`broker.store.Store.failure_code`), and the worker keeps serving: nothing waits forever
 and nothing is claimed kept that was not.
 
 While the store is unavailable (a lock held by another process, a full disk), the
@@ -85,8 +85,8 @@ import msgpack
 import zmq
 
 from broker.core.kernel.commands import AdoptRuns, ReadJobs
-from broker.core.kernel.records import LeaseRenewed, Record, Snapshot, StickyKept, Store, refusal_code
-from .store import failure_code
+from broker.core.kernel.records import LeaseRenewed, Record, Snapshot, StickyKept, refusal_code
+from broker.store import UNAVAILABLE, Store
 
 _WAKE = b"\x01"
 _STOP = None                 # in the inbox: the last item, once stop() is called
@@ -96,7 +96,6 @@ _NOBLOCK = int(zmq.NOBLOCK)
 
 RETRY_S = 1.0                # how often retained records are retried while idle
 RETAIN_LIMIT = 50_000        # retained records at most; past it the oldest are lost
-UNAVAILABLE = "store_unavailable"
 
 Batch = list[tuple[int | None, Record]]
 READ_BROKERS = "read-brokers"   # in a batch: report the live brokers' rows (no write)
@@ -263,7 +262,7 @@ class PersistenceWorker:
             except Exception as exc:  # disk full, a lock, corrupt file, a bad record
                 error = exc
         if error is not None:
-            code = failure_code(error)
+            code = self.store.failure_code(error)
             if code == UNAVAILABLE:
                 self._retain([record for ticket, record in items
                               if ticket is None and record is not READ_BROKERS
@@ -324,7 +323,7 @@ class PersistenceWorker:
         try:
             self.store.apply(retained)
         except Exception as exc:
-            if failure_code(exc) == UNAVAILABLE:
+            if self.store.failure_code(exc) == UNAVAILABLE:
                 return exc
             self._lost += len(retained)
         else:

@@ -35,7 +35,8 @@ from .link_sockets import LinkSockets
 from .logs import get_logger
 from .persistence import READ_BROKERS, PersistenceWorker
 from .startup import StartupError, bind, check_exposure, lock_ipc, own_database
-from .store import StoreOpenError, open_store
+from broker.store import StoreOpenError
+from broker.store.opening import open_store
 
 DRAIN_LIMIT = 512
 DISCOVERY_S = 1.0            # how often the other brokers' lease rows are read, at most

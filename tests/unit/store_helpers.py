@@ -9,9 +9,10 @@ from typing import Callable
 import pytest
 
 from broker.core.kernel.records import (ConversationSaved, IdentitySaved, InvocationSaved, LeaseRenewed,
-                                 RecoverySaved, StickySaved, Store)
-from broker.memory_store import MemoryStore
-from broker.store import SqliteStore
+                                 RecoverySaved, StickySaved)
+from broker.store import Store
+from broker.store.memory import MemoryStore
+from broker.store.sqlite import SqliteStore
 
 NOW = time.time()
 DAY = 86400.0

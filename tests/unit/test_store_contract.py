@@ -19,9 +19,10 @@ from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, 
                                  InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed,
                                  RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
                                  StickyAnswered, StickyDelivery, StickyDropped, StickyRow,
-                                 StickySaved, Store)
-from broker.memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, MemoryStore
-from broker.store import SCHEMA_VERSION, SchemaError, SqliteStore
+                                 StickySaved)
+from broker.store import FINISHED_KEEP_S, IDENTITY_KEEP_S, SchemaError, Store
+from broker.store.memory import MemoryStore
+from broker.store.sqlite import SCHEMA_VERSION, SqliteStore
 
 from .store_helpers import (DAY, NOW, conversation, draft_row, entry, identity, job,  # noqa: F401
                             open_store, store)

@@ -1,26 +1,26 @@
-"""The SQLite store (apsw, WAL): every table the broker keeps, behind :class:`SqliteStore`.
+"""The SQLite store (apsw, WAL): every table the broker keeps, in one file.
 
-It implements :class:`broker.core.kernel.records.Store` with the semantics of the reference
-:class:`broker.memory_store.MemoryStore` (the contract tests hold the two together).
+:class:`SqliteStore` implements :class:`broker.store.Store` with the semantics of the
+reference :class:`broker.store.memory.MemoryStore` (the contract tests hold them together).
 
 Invariants:
 
 * :meth:`SqliteStore.apply` runs a whole batch of typed records in one transaction
   (group commit): one fsync covers the batch, and a failing record rolls all of it
-  back. Each record type has one writer, looked up in one table; SQL parameters are
-  bound by field name, never by position;
+  back. Each record type has one writer (:data:`broker.store.RECORD_HANDLERS`); SQL
+  parameters are bound by field name, never by position;
 * rows are read by column name only (:func:`_rows` yields every row as a dict), so a
   column order is nobody's contract; columns carry the record field names, and the
   two that predate the records are renamed in the query (``updated_at AS at``);
 * payloads (run records, attachments, answered-to lists) are msgpack blobs;
 * the schema is versioned in ``meta``: a new file gets :data:`SCHEMA_VERSION`, an
   older one is migrated in place, in one transaction, by the steps in
-  :data:`sql.MIGRATIONS`; a newer one is refused (:class:`SchemaError`);
+  :data:`~broker.store.sqlite_schema.MIGRATIONS`; a newer one is refused (:class:`SchemaError`);
 * a file that cannot be used at start (locked, read-only, corrupt, truncated, newer)
-  is refused by :func:`open_store` with one :class:`StoreOpenError` line that names
-  the file and what to do, within about :data:`sql.BUSY_TIMEOUT_MS`; a write that fails
-  while serving is classified by :func:`failure_code`, so its waiter learns whether
-  the store is unavailable (retry later) or refused the record (a bug).
+  is named by :func:`open_problem` in one line that says what to do, within about
+  :data:`BUSY_TIMEOUT_MS`; a write that fails while serving is classified by
+  :meth:`SqliteStore.failure_code`, so its waiter learns whether the store is
+  unavailable (retry later) or refused the record (a bug).
 
 One thread uses a store at a time: the shell reads the snapshot at start, then the
 persistence worker owns the connection until it closes it.
@@ -28,59 +28,36 @@ persistence worker owns the connection until it closes it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import apsw
 import msgpack
 
-from broker.core.kernel.records import (RECORD_TYPES, ConversationDeleted, ConversationSaved, IdentitySaved,
-                           InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
-                           RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
-                           SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                           StickyKept, StickyRow, StickySaved)
-from . import store_sql as sql
-from .memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, apply_each, named_ids
-
-# The statements are in broker.store_sql; these names are the store's public ones.
-SCHEMA_VERSION = sql.SCHEMA_VERSION
-SYNCHRONOUS_MODES = sql.SYNCHRONOUS_MODES
-BUSY_TIMEOUT_MS = sql.BUSY_TIMEOUT_MS
-
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {
-    cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in RECORD_TYPES.values()}
-
-
-class SchemaError(Exception):
-    """The file was written by a newer broker; the message says which versions."""
-
-
-class StoreOpenError(Exception):
-    """The file cannot be used at start; the message names it and says what to do."""
-
+from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
+                                        InvocationSaved, InvocationState, LeaseReleased,
+                                        LeaseRenewed, Record, RecoveryDeleted, RecoverySaved,
+                                        RunEnded, RunSaved, SessionClaimed, SessionReleased,
+                                        Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
+                                        StickyKept, StickyRow, StickySaved)
+from broker.store import (FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, UNAVAILABLE,
+                          SchemaError, StoreOpenError, apply_each, fields_by_name, named_ids,
+                          writers_of)
+from broker.store import sqlite_schema as sql
+from broker.store.sqlite_schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, SYNCHRONOUS_MODES
 
 # Failures of the file rather than of the records written: retrying once the lock is
 # gone, space is freed or the file is repaired may succeed.
 _UNAVAILABLE = (apsw.BusyError, apsw.LockedError, apsw.ReadOnlyError, apsw.CantOpenError,
                 apsw.FullError, apsw.IOError, apsw.CorruptError, apsw.NotADBError)
+# What reading a file at start may raise for the file's sake (see open_problem).
+LOAD_ERRORS = (apsw.Error, msgpack.UnpackException, ValueError, TypeError)
 
 
-def failure_code(exc: BaseException) -> str:
-    """The error code a write that raised ``exc`` answers its waiters with.
-
-    ``store_unavailable`` when the file cannot take writes now (locked by another
-    process, read-only, full, failing or damaged): nothing was kept and a later retry
-    may succeed. ``internal_error`` for anything else (a record the store refuses,
-    such as a sticky seq stored twice, is a broker bug)."""
-    return "store_unavailable" if isinstance(exc, _UNAVAILABLE) else "internal_error"
-
-
-def _open_problem(path: str, exc: BaseException) -> str:
+def open_problem(path: str, exc: BaseException) -> str:
     """One line for a person: what is wrong with the file at ``path`` and what to do."""
     other = "or start with another --db"
     if isinstance(exc, SchemaError):
@@ -103,40 +80,16 @@ def _open_problem(path: str, exc: BaseException) -> str:
     return f"cannot use database {path} ({exc!r}); {other}"
 
 
-def open_store(path: str | Path, synchronous: str = "FULL", owner: str | None = None,
-               endpoint: str = "") -> tuple["SqliteStore", Snapshot]:
-    """Open the file at ``path`` and read everything it keeps: the store and its snapshot.
+def connect(path: str | Path, synchronous: str = "FULL") -> SqliteStore:
+    """The store on the file at ``path``, created or migrated.
 
-    ``owner``: the starting broker's id, which takes the runs no live broker owns (see
-    :meth:`SqliteStore.load`); a lease row of its predecessor on ``endpoint`` whose
-    process is gone does not count as live.
-
-    Raises StoreOpenError (one line, see :func:`_open_problem`) for a file that is
-    locked, read-only, corrupt, truncated or from a newer broker; the file is closed
-    again then. ValueError for an unknown ``synchronous`` mode (a caller's bug)."""
+    Raises StoreOpenError (one line, see :func:`open_problem`) for a file that is
+    locked, read-only, corrupt, truncated or from a newer broker. ValueError for an
+    unknown ``synchronous`` mode (a caller's bug)."""
     try:
-        store = SqliteStore(path, synchronous)
+        return SqliteStore(path, synchronous)
     except (apsw.Error, SchemaError) as exc:
-        raise StoreOpenError(_open_problem(str(path), exc)) from None
-    try:
-        if owner is None:
-            return store, store.load()
-        gone = [row.broker_id for row in store.brokers(time.time())
-                if row.endpoint == endpoint and not _process_alive(row.pid)]
-        return store, store.load(owner, gone)
-    except (apsw.Error, msgpack.UnpackException, ValueError, TypeError) as exc:
-        store.close()
-        raise StoreOpenError(_open_problem(str(path), exc)) from None
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:          # another user's process: alive
-        return True
-    return True
+        raise StoreOpenError(open_problem(str(path), exc)) from None
 
 
 def _pack(value: Any) -> bytes:
@@ -145,14 +98,6 @@ def _pack(value: Any) -> bytes:
 
 def _unpack(blob: bytes) -> Any:
     return msgpack.unpackb(blob, raw=False)
-
-
-def _params(record: Record, /, **encoded: Any) -> dict[str, Any]:
-    """The record's fields by name (attribute access: ``asdict`` would deep-copy every
-    run tree), with ``encoded`` replacing the fields stored as blobs."""
-    params = {name: getattr(record, name) for name in _FIELD_NAMES[type(record)]}
-    params.update(encoded)
-    return params
 
 
 def _rows(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = None
@@ -187,38 +132,20 @@ class SqliteStore:
 
         Raises ValueError for an unknown ``synchronous`` mode, SchemaError for a file
         from a newer broker, apsw errors for a file SQLite cannot use."""
-        if synchronous.upper() not in sql.SYNCHRONOUS_MODES:
-            raise ValueError(f"synchronous must be one of {', '.join(sql.SYNCHRONOUS_MODES)}")
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
         self.path = str(path)
         self.identity_limit = identity_limit
         self.conn = apsw.Connection(self.path)
         try:
-            self.conn.set_busy_timeout(sql.BUSY_TIMEOUT_MS)
+            self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._prepare_schema()
         except BaseException:
             self.conn.close()
             raise
-        self._writers: dict[type, Callable[[Any], None]] = {
-            IdentitySaved: self._identity,
-            LeaseRenewed: self._lease,
-            LeaseReleased: self._release,
-            SessionClaimed: self._claim,
-            SessionReleased: self._unclaim,
-            RunSaved: self._run,
-            RunEnded: self._run_end,
-            StickySaved: self._sticky,
-            StickyAnswered: self._answered,
-            StickyDelivery: self._delivery,
-            StickyDropped: self._drop,
-            ConversationSaved: self._conversation,
-            ConversationDeleted: self._conversation_deleted,
-            InvocationSaved: self._invocation,
-            InvocationState: self._invocation_state,
-            RecoverySaved: self._recovery,
-            RecoveryDeleted: self._recovery_deleted,
-        }
+        self._writers = writers_of(self)
 
     def _prepare_schema(self) -> None:
         # IMMEDIATE: two brokers opening one file at once take turns instead of both
@@ -228,16 +155,16 @@ class SqliteStore:
         try:
             version = self._schema_version()
             if version is None:
-                conn.execute(sql._SCHEMA)
-            elif version > sql.SCHEMA_VERSION:
+                conn.execute(sql.SCHEMA)
+            elif version > SCHEMA_VERSION:
                 raise SchemaError(f"{self.path} has schema version {version}; this broker "
-                                  f"knows versions up to {sql.SCHEMA_VERSION}")
+                                  f"knows versions up to {SCHEMA_VERSION}")
             else:
-                for step in range(version, sql.SCHEMA_VERSION):
+                for step in range(version, SCHEMA_VERSION):
                     conn.execute(sql.MIGRATIONS[step])
             conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', :v) "
                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                         {"v": str(sql.SCHEMA_VERSION)})
+                         {"v": str(SCHEMA_VERSION)})
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -245,7 +172,7 @@ class SqliteStore:
 
     def _schema_version(self) -> int | None:
         """The file's version, None for a file with no tables yet."""
-        if not list(_rows(self.conn, sql._META_TABLE)):
+        if not list(_rows(self.conn, sql.META_TABLE)):
             return None
         row = next(_rows(self.conn, "SELECT value FROM meta WHERE key = 'schema_version'"), None)
         return None if row is None else int(row["value"])
@@ -278,22 +205,22 @@ class SqliteStore:
                            _rows(conn, "SELECT run_id FROM runs UNION SELECT run_id FROM sticky")]
                 owners = {}
             else:
-                run_ids = [row["run_id"] for row in _rows(conn, sql._TAKE_RUNS, {
+                run_ids = [row["run_id"] for row in _rows(conn, sql.TAKE_RUNS, {
                     "owner": owner, "now": time.time(), "gone": json.dumps(list(gone))})]
                 owners = {row["run_id"]: row["owner"]
-                          for row in _rows(conn, sql._RUN_OWNERS, {"owner": owner})}
+                          for row in _rows(conn, sql.RUN_OWNERS, {"owner": owner})}
             runs, sticky, deliveries = self._runs(run_ids, everything=owner is None)
             conversations = [ConversationSaved(**{**row, "remote": bool(row["remote"])})
-                             for row in _rows(conn, sql._SELECT_CONVERSATIONS)]
-            conn.execute(sql._PRUNE_IDENTITIES, {"cutoff": time.time() - IDENTITY_KEEP_S})
-            identities = [IdentitySaved(**row) for row in _rows(conn, sql._SELECT_IDENTITIES, {
+                             for row in _rows(conn, sql.SELECT_CONVERSATIONS)]
+            conn.execute(sql.PRUNE_IDENTITIES, {"cutoff": time.time() - IDENTITY_KEEP_S})
+            identities = [IdentitySaved(**row) for row in _rows(conn, sql.SELECT_IDENTITIES, {
                 "limit": max(self.identity_limit, 0),
                 "named": json.dumps(named_ids(runs, sticky, conversations))})]
-            conn.execute(sql._PRUNE_INVOCATIONS, {"cutoff": time.time() - FINISHED_KEEP_S})
-            invocations = [InvocationSaved(**row) for row in _rows(conn, sql._SELECT_INVOCATIONS, {
+            conn.execute(sql.PRUNE_INVOCATIONS, {"cutoff": time.time() - FINISHED_KEEP_S})
+            invocations = [InvocationSaved(**row) for row in _rows(conn, sql.SELECT_INVOCATIONS, {
                 "owner": owner, "now": time.time(), "gone": json.dumps(list(gone))})]
             recoveries = [RecoverySaved(**{**row, "drafts": _unpack(row["drafts"])})
-                          for row in _rows(conn, sql._SELECT_RECOVERIES)]
+                          for row in _rows(conn, sql.SELECT_RECOVERIES)]
             conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('grant_key', :v)",
                          {"v": secrets.token_hex(32)})
             (key,) = (row["value"] for row in _rows(conn, "SELECT value FROM meta WHERE key = 'grant_key'"))
@@ -306,7 +233,7 @@ class SqliteStore:
         store-wide. Returns them (runs, sticky entries, delivery states)."""
         with self.conn:
             run_ids = [row["run_id"] for row in
-                       _rows(self.conn, sql._ADOPT_RUNS, {"dead": dead, "owner": owner})]
+                       _rows(self.conn, sql.ADOPT_RUNS, {"dead": dead, "owner": owner})]
             runs, sticky, deliveries = self._runs(run_ids)
         return Snapshot(runs=runs, sticky=sticky, deliveries=deliveries)
 
@@ -316,104 +243,110 @@ class SqliteStore:
         param = {"runs": json.dumps(run_ids)}
         conn = self.conn
         runs = [RunSaved(row["run_id"], _unpack(row["record"]), row["owner"])
-                for row in _rows(conn, sql._SELECT_RUNS, param)] if run_ids else []
-        sticky = [_sticky_row(row) for row in _rows(conn, sql._SELECT_STICKY, param)] if run_ids else []
+                for row in _rows(conn, sql.SELECT_RUNS, param)] if run_ids else []
+        sticky = [_sticky_row(row) for row in _rows(conn, sql.SELECT_STICKY, param)] if run_ids else []
         deliveries = [StickyDelivery(**row) for row in _rows(
-            conn, sql._SELECT_ALL_DELIVERIES if everything else sql._SELECT_DELIVERIES, param)]
+            conn, sql.SELECT_ALL_DELIVERIES if everything else sql.SELECT_DELIVERIES, param)]
         return runs, sticky, deliveries
+
+    def claims(self) -> dict[str, str]:
+        """Who holds each claimed id (for tests and tools)."""
+        return {row["session_id"]: row["broker_id"]
+                for row in _rows(self.conn, "SELECT session_id, broker_id FROM session_claims")}
 
     def queued_jobs(self, agent: str, channel: str) -> list[InvocationSaved]:
         return [InvocationSaved(**row) for row in
-                _rows(self.conn, sql._SELECT_QUEUED_JOBS, {"agent": agent, "channel": channel})]
+                _rows(self.conn, sql.SELECT_QUEUED_JOBS, {"agent": agent, "channel": channel})]
 
     def live_brokers(self, now: float, exclude: str | None = None) -> int:
-        (row,) = _rows(self.conn, sql._COUNT_LIVE, {"now": now, "exclude": exclude})
+        (row,) = _rows(self.conn, sql.COUNT_LIVE, {"now": now, "exclude": exclude})
         return row["live"]
 
     def brokers(self, now: float, exclude: str | None = None) -> list[LeaseRenewed]:
         return [LeaseRenewed(**row) for row in
-                _rows(self.conn, sql._SELECT_LIVE, {"now": now, "exclude": exclude})]
+                _rows(self.conn, sql.SELECT_LIVE, {"now": now, "exclude": exclude})]
+
+    def failure_code(self, exc: BaseException) -> str:
+        """``store_unavailable`` when the file cannot take writes now (locked by another
+        process, read-only, full, failing or damaged); ``internal_error`` for anything
+        else (a record the store refuses, such as a sticky seq stored twice, is a bug)."""
+        return UNAVAILABLE if isinstance(exc, _UNAVAILABLE) else "internal_error"
 
     def close(self) -> None:
         self.conn.close()
 
-    # -- writers -------------------------------------------------------------------------
+    # -- writers, one per record type (broker.store.RECORD_HANDLERS); each runs inside
+    # the transaction of apply --------------------------------------------------------
 
-    def _identity(self, record: IdentitySaved) -> None:
-        self.conn.execute(sql._UPSERT_IDENTITY, _params(record))
+    def save_identity(self, record: IdentitySaved) -> None:
+        self.conn.execute(sql.UPSERT_IDENTITY, fields_by_name(record))
 
-    def _lease(self, record: LeaseRenewed) -> None:
-        self.conn.execute(sql._UPSERT_LEASE, _params(record))
-        self.conn.execute(sql._FORGET_CLAIMS)
+    def renew_lease(self, record: LeaseRenewed) -> None:
+        self.conn.execute(sql.UPSERT_LEASE, fields_by_name(record))
+        self.conn.execute(sql.FORGET_CLAIMS)
 
-    def _claim(self, record: SessionClaimed) -> bool:
-        if record.token_hash is not None and not any(_rows(self.conn, sql._IDENTITY_HAS, {
+    def claim_session(self, record: SessionClaimed) -> bool:
+        if record.token_hash is not None and not any(_rows(self.conn, sql.IDENTITY_HAS, {
                 "session_id": record.session_id, "token_hash": record.token_hash})):
             return False
-        self.conn.execute(sql._CLAIM, _params(record, gone=json.dumps(record.gone)))
-        (row,) = _rows(self.conn, sql._CLAIM_HOLDER, {"session_id": record.session_id})
+        self.conn.execute(sql.CLAIM, fields_by_name(record, gone=json.dumps(record.gone)))
+        (row,) = _rows(self.conn, sql.CLAIM_HOLDER, {"session_id": record.session_id})
         return row["broker_id"] == record.broker_id
 
-    def _unclaim(self, record: SessionReleased) -> None:
-        self.conn.execute(sql._UNCLAIM, _params(record))
+    def release_session(self, record: SessionReleased) -> None:
+        self.conn.execute(sql.UNCLAIM, fields_by_name(record))
 
-    def claims(self) -> dict[str, str]:
-        """Who holds each claimed id (for tests)."""
-        return {row["session_id"]: row["broker_id"]
-                for row in _rows(self.conn, "SELECT session_id, broker_id FROM session_claims")}
+    def release_lease(self, record: LeaseReleased) -> None:
+        self.conn.execute(sql.DELETE_LEASE, fields_by_name(record))
 
-    def _release(self, record: LeaseReleased) -> None:
-        self.conn.execute(sql._DELETE_LEASE, _params(record))
+    def save_run(self, record: RunSaved) -> None:
+        self.conn.execute(sql.UPSERT_RUN, fields_by_name(record, record=_pack(record.record)))
 
-    def _run(self, record: RunSaved) -> None:
-        self.conn.execute(sql._UPSERT_RUN, _params(record, record=_pack(record.record)))
+    def end_run(self, record: RunEnded) -> None:
+        self.conn.execute(sql.DELETE_RUN, fields_by_name(record))
 
-    def _run_end(self, record: RunEnded) -> None:
-        self.conn.execute(sql._DELETE_RUN, _params(record))
-
-    def _sticky(self, record: StickySaved) -> StickyKept | None:
+    def save_sticky(self, record: StickySaved) -> StickyKept | None:
         conn = self.conn
-        conn.execute(sql._INSERT_STICKY, _params(record, attachments=_pack(record.attachments)))
+        conn.execute(sql.INSERT_STICKY, fields_by_name(record, attachments=_pack(record.attachments)))
         if conn.changes():
             return None
         # The same request is an entry already (the insert did nothing): that one answers.
-        (row,) = _rows(conn, sql._SELECT_STICKY_REQUEST,
+        (row,) = _rows(conn, sql.SELECT_STICKY_REQUEST,
                        {"sender_id": record.sender_id, "message_id": record.message_id})
         # The request's conflict is looked at first: a seq stored too must still fail.
-        if next(_rows(conn, sql._STICKY_SEQ_TAKEN, {"seq": record.seq}), None) is not None:
+        if next(_rows(conn, sql.STICKY_SEQ_TAKEN, {"seq": record.seq}), None) is not None:
             raise apsw.ConstraintError(f"sticky entry {record.seq} is already stored")
         return StickyKept(record, _sticky_row(row))
 
-    def _answered(self, record: StickyAnswered) -> None:
-        self.conn.execute(sql._ANSWER_STICKY, _params(record, delivered_to=_pack(record.delivered_to)))
+    def answer_sticky(self, record: StickyAnswered) -> None:
+        self.conn.execute(sql.ANSWER_STICKY, fields_by_name(record, delivered_to=_pack(record.delivered_to)))
 
-    def _delivery(self, record: StickyDelivery) -> None:
-        self.conn.execute(sql._UPSERT_DELIVERY, _params(record))
+    def record_delivery(self, record: StickyDelivery) -> None:
+        self.conn.execute(sql.UPSERT_DELIVERY, fields_by_name(record))
 
-    def _drop(self, record: StickyDropped) -> None:
-        self.conn.execute(sql._DELETE_STICKY, _params(record))
+    def drop_sticky(self, record: StickyDropped) -> None:
+        self.conn.execute(sql.DELETE_STICKY, fields_by_name(record))
 
-    def _conversation(self, record: ConversationSaved) -> None:
-        self.conn.execute(sql._UPSERT_CONVERSATION, _params(record))
+    def save_conversation(self, record: ConversationSaved) -> None:
+        self.conn.execute(sql.UPSERT_CONVERSATION, fields_by_name(record))
 
-    def _conversation_deleted(self, record: ConversationDeleted) -> None:
-        self.conn.execute(sql._DELETE_CONVERSATION, _params(record))
+    def delete_conversation(self, record: ConversationDeleted) -> None:
+        self.conn.execute(sql.DELETE_CONVERSATION, fields_by_name(record))
 
-    def _invocation(self, record: InvocationSaved) -> None:
-        self.conn.execute(sql._INSERT_INVOCATION, _params(record))
+    def save_invocation(self, record: InvocationSaved) -> None:
+        self.conn.execute(sql.INSERT_INVOCATION, fields_by_name(record))
 
-    def _invocation_state(self, record: InvocationState) -> bool | None:
+    def set_invocation_state(self, record: InvocationState) -> bool | None:
         if record.state != "started":
-            self.conn.execute(sql._INVOCATION_STATE, _params(record))
+            self.conn.execute(sql.INVOCATION_STATE, fields_by_name(record))
             return None
-        self.conn.execute(sql._START_INVOCATION, _params(record))
+        self.conn.execute(sql.START_INVOCATION, fields_by_name(record))
         return self.conn.changes() == 1        # False: refused, not queued any more
 
-    def _recovery(self, record: RecoverySaved) -> None:
-        self.conn.execute(sql._UPSERT_RECOVERY, _params(record, drafts=_pack(record.drafts)))
+    def save_recovery(self, record: RecoverySaved) -> None:
+        self.conn.execute(sql.UPSERT_RECOVERY, fields_by_name(record, drafts=_pack(record.drafts)))
 
-    def _recovery_deleted(self, record: RecoveryDeleted) -> None:
-        self.conn.execute(sql._DELETE_RECOVERY, _params(record))
+    def delete_recovery(self, record: RecoveryDeleted) -> None:
+        self.conn.execute(sql.DELETE_RECOVERY, fields_by_name(record))
 
 
-Store = SqliteStore   # the name older imports use
