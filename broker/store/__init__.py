@@ -164,16 +164,3 @@ def named_ids(runs: Sequence[RunSaved], sticky: Sequence[StickyRow],
     named.update(row.entry.sender_id for row in sticky)
     named.update(c.session_id for c in conversations if c.session_id)
     return sorted(named)
-
-
-def fields_by_name(record: Record, /, **encoded: Any) -> dict[str, Any]:
-    """``record``'s fields by name, for a SQL store to bind (attribute access:
-    ``asdict`` would deep-copy every run tree), with ``encoded`` replacing the fields
-    stored encoded (payload blobs)."""
-    params = {name: getattr(record, name) for name in _FIELD_NAMES[type(record)]}
-    params.update(encoded)
-    return params
-
-
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {
-    cls: tuple(cls.__dataclass_fields__) for cls in RECORD_HANDLERS}

@@ -13,29 +13,30 @@ from pathlib import Path
 
 from broker.core.kernel.records import Snapshot
 from broker.store import Store, StoreOpenError
+from broker.store.urls import is_postgres
 
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_postgres(db: str | Path) -> bool:
-    """Whether ``db`` names a PostgreSQL database rather than a SQLite file."""
-    return isinstance(db, str) and db.startswith(POSTGRES_SCHEMES)
 
 
 def open_store(db: str | Path, synchronous: str = "FULL", owner: str | None = None,
-               endpoint: str = "") -> tuple[Store, Snapshot]:
+               endpoint: str = "", schema: str | None = None) -> tuple[Store, Snapshot]:
     """Open the store ``db`` names and read everything it keeps: the store and its snapshot.
 
-    ``owner``: the starting broker's id, which takes the runs no live broker owns (see
-    :meth:`broker.store.Store.load`); a lease row of its predecessor on ``endpoint``
-    whose process is gone does not count as live.
+    ``synchronous``: SQLite's mode; ``schema``: the bus's PostgreSQL schema (else the
+    URL's ``?schema=``, else ``intercom``). ``owner``: the starting broker's id, which
+    takes the runs no live broker owns (see :meth:`broker.store.Store.load`); a lease
+    row of its predecessor on ``endpoint`` whose process is gone does not count as live.
 
     Raises StoreOpenError (one line naming the database and what to do) for a database
     that cannot be used; the store is closed again then. ValueError for an unknown
     ``synchronous`` mode (a caller's bug)."""
     if is_postgres(db):
-        from broker.store import postgres as kind
-        store = kind.connect(str(db))
+        try:
+            from broker.store import postgres as kind
+        except ImportError as exc:
+            raise StoreOpenError(f"the PostgreSQL store needs psycopg ({exc}); install it with "
+                                 "pip install 'intercom-bus[postgres]', or start with a SQLite "
+                                 "--db path") from None
+        store = kind.connect(str(db), schema)
     else:
         from broker.store import sqlite as kind
         store = kind.connect(db, synchronous)

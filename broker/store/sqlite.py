@@ -44,9 +44,9 @@ from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, 
                                         Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
                                         StickyKept, StickyRow, StickySaved)
 from broker.store import (FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, UNAVAILABLE,
-                          SchemaError, StoreOpenError, apply_each, fields_by_name, named_ids,
-                          writers_of)
+                          SchemaError, StoreOpenError, apply_each, named_ids, writers_of)
 from broker.store import sqlite_schema as sql
+from broker.store.sql_shared import fields_by_name, pack as _pack, read_runs, unpack as _unpack
 from broker.store.sqlite_schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, SYNCHRONOUS_MODES
 
 # Failures of the file rather than of the records written: retrying once the lock is
@@ -90,14 +90,6 @@ def connect(path: str | Path, synchronous: str = "FULL") -> SqliteStore:
         return SqliteStore(path, synchronous)
     except (apsw.Error, SchemaError) as exc:
         raise StoreOpenError(open_problem(str(path), exc)) from None
-
-
-def _pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
-
-
-def _unpack(blob: bytes) -> Any:
-    return msgpack.unpackb(blob, raw=False)
 
 
 def _rows(conn: apsw.Connection, sql: str, params: dict[str, Any] | None = None
@@ -240,14 +232,8 @@ class SqliteStore:
     def _runs(self, run_ids: list[str], everything: bool = False) -> tuple[list, list, list]:
         """The runs ``run_ids``, their sticky entries and delivery states
         (``everything``: every delivery state, even one whose entry is gone)."""
-        param = {"runs": json.dumps(run_ids)}
-        conn = self.conn
-        runs = [RunSaved(row["run_id"], _unpack(row["record"]), row["owner"])
-                for row in _rows(conn, sql.SELECT_RUNS, param)] if run_ids else []
-        sticky = [_sticky_row(row) for row in _rows(conn, sql.SELECT_STICKY, param)] if run_ids else []
-        deliveries = [StickyDelivery(**row) for row in _rows(
-            conn, sql.SELECT_ALL_DELIVERIES if everything else sql.SELECT_DELIVERIES, param)]
-        return runs, sticky, deliveries
+        return read_runs(lambda statement, params: _rows(self.conn, statement, params), sql,
+                         json.dumps(run_ids), bool(run_ids), everything, _sticky_row)
 
     def claims(self) -> dict[str, str]:
         """Who holds each claimed id (for tests and tools)."""

@@ -10,10 +10,11 @@ import pytest
 
 from broker.store import RECORD_HANDLERS, Store
 from broker.store.memory import MemoryStore, MemoryTables
+from broker.store.postgres import PostgresStore
 from broker.store.sqlite import SqliteStore
 
 # Each store, and the class holding its record writers.
-STORES = {MemoryStore: MemoryTables, SqliteStore: SqliteStore}
+STORES = {MemoryStore: MemoryTables, SqliteStore: SqliteStore, PostgresStore: PostgresStore}
 PROTOCOL_METHODS = sorted(name for name, value in vars(Store).items()
                           if callable(value) and not name.startswith("_"))
 
