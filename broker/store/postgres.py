@@ -81,6 +81,7 @@ class PostgresStore:
         self.identity_limit = identity_limit
         self._writers = writers_of(self)
         self._cursor: psycopg.Cursor | None = None     # the current batch's shared cursor
+        self._committing = False                       # the current batch's COMMIT is sent
 
     @classmethod
     def open(cls, url: str, schema: str | None = None, *,
@@ -105,10 +106,31 @@ class PostgresStore:
         """Apply ``records`` in order in one transaction: all become durable, or none;
         returns the records not written (see :meth:`broker.store.Store.apply`).
 
+        A connection that served before and is found broken before the commit was
+        sent (the server restarted meanwhile) kept nothing: the batch is sent once more
+        on a new one. One that breaks during the commit is not retried: the commit may
+        have happened, and a sender's resend is answered from what was kept.
+
         Raises TypeError for a value that is not a record or a payload msgpack cannot
         encode, ValueError or psycopg's IntegrityError for a sticky seq or job id
         already stored, other psycopg errors as the server or the network report them."""
+        opened = self.connection.reconnects
         conn = self.connection.get()
+        try:
+            return self._apply_on(conn, records)
+        except UNAVAILABLE_ERRORS:
+            if not self._forget_if_broken(conn) or self._committing \
+                    or self.connection.reconnects != opened:
+                raise
+        conn = self.connection.get()
+        try:
+            return self._apply_on(conn, records)
+        except UNAVAILABLE_ERRORS:
+            self._forget_if_broken(conn)
+            raise
+
+    def _apply_on(self, conn: psycopg.Connection, records: Sequence[Record]) -> list[Record]:
+        self._committing = False
         try:
             with conn.transaction(), conn.pipeline() as pipeline:
                 self._cursor = conn.cursor()
@@ -129,13 +151,17 @@ class PostgresStore:
                         refused.append(record)
                     elif outcome.__class__ is StickyKept:
                         refused.append(outcome)
+                self._committing = True       # the block's end sends COMMIT
             return refused
-        except UNAVAILABLE_ERRORS:
-            if conn.broken or conn.closed:
-                self.connection.drop()
-            raise
         finally:
             self._cursor = None
+
+    def _forget_if_broken(self, conn: psycopg.Connection) -> bool:
+        """Drop ``conn`` when the failure broke it (the next use opens another); whether it did."""
+        if conn.broken or conn.closed:
+            self.connection.drop()
+            return True
+        return False
 
     def load(self, owner: str | None = None, gone: Sequence[str] = ()) -> Snapshot:
         """The committed state, oldest first; see :meth:`broker.store.Store.load`."""

@@ -183,3 +183,15 @@ def test_a_server_gone_fails_writes_unavailable_at_once_keeps_nothing_and_is_rec
         assert store.load().sticky == []
     finally:
         store.close()
+
+
+def test_a_server_restarted_while_the_store_was_idle_costs_no_write(own_postgres):
+    store = PostgresStore.open(own_postgres.schema_url())
+    try:
+        store.apply([RunSaved("before", {})])
+        own_postgres.stop("fast")
+        own_postgres.start()
+        assert store.apply([RunSaved("after", {})]) == []   # on a new connection, at once
+        assert [run.run_id for run in store.load().runs] == ["before", "after"]
+    finally:
+        store.close()
