@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pid-file", type=Path, metavar="PATH",
                         help="write this process's pid there once serving; removed at exit")
     limits = parser.add_argument_group("limits", "what one client may make the broker hold "
-                                       "(also config fields; see the README's limits table)")
+                                       "(also config fields; see docs/operations.md)")
     for bound in BOUNDS:
         limits.add_argument(bound.flag, dest=bound.field, type=_positive_int, metavar="N",
                             help=f"{bound.meaning} (default {bound.default}; refused with {bound.code})")

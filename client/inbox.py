@@ -17,12 +17,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from schemas.limits import RECEIVED_IDS_KEPT
+
 DEFAULT_LIMIT_BYTES = 8 << 20     # Client.connect(inbox_limit_bytes=...)
 # What a message costs besides its text (its envelope fields), for the inbox's count.
 MESSAGE_OVERHEAD_BYTES = 200
 # Ids of messages handed out, remembered to drop a resent copy: a restart resends only
 # what was still owed an answer, a few seconds' worth.
-RECENT_IDS = 4096
+RECENT_IDS = RECEIVED_IDS_KEPT
 
 
 class Waitable:

@@ -1,13 +1,12 @@
 """Every error the bus can report: a stable code and its text, defined once.
 
-Codes are grouped by class the way a caller reacts to them:
+Codes are grouped by class the way a caller reacts to them (:data:`CLASSES`).
 
-* ``protocol``: the frame or envelope itself is wrong (a client bug or a hostile peer).
-* ``request``: the tool parameters are wrong; fix the call.
-* ``target``: the target cannot be resolved or may not be reached.
-* ``authority``: the caller holds no grant (or a wrong one) for what it asked.
-* ``state``: the call is well-formed but the bus refuses it in its current state.
-* ``peer``: the other side went away or never answered.
+Each code also says whether sending the request again may help (``retry``, one of
+:data:`RETRY_RULES`): most refusals stand until the request or the setup changes; a
+few depend on state that changes by itself (a backlog drains, a queue empties, a lock
+goes), and a few send the client elsewhere. Codes in :data:`LOCAL` are a client's
+own answers to its caller: no broker sends them.
 
 Texts are ``str.format`` templates; :func:`error_text` fills them. The broker and the
 client both build error replies through :func:`error_reply`, so a code always carries
@@ -20,11 +19,36 @@ from dataclasses import dataclass
 from typing import Any
 
 
+CLASSES = {
+    "protocol": "the frame or envelope itself is wrong (a client bug or a hostile peer)",
+    "request": "the tool parameters are wrong; fix the call",
+    "target": "the target cannot be resolved or may not be reached",
+    "authority": "the caller holds no grant (or a wrong one) for what it asked",
+    "state": "the call is well-formed but the bus refuses it in its current state",
+    "peer": "the other side went away or never answered",
+}
+
+# Whether the same request, sent again, may succeed.
+NO = "no"                # refused the same way until the request or the setup changes
+LATER = "later"          # the state behind it changes by itself: again later, under a new id
+REDIRECT = "redirect"    # hello again at the ``endpoint`` the answer names
+HELLO = "hello"          # the broker does not know this connection: hello, then resend
+RETRY_RULES = {
+    NO: "no: the same request is refused the same way; change the request or the setup",
+    LATER: "later: what refused it changes by itself; send it again later, under a new "
+           "message id (a resent id only gets its first answer again)",
+    REDIRECT: "elsewhere: say hello again at the `endpoint` the answer names (with its "
+              "`serverKey` under CURVE)",
+    HELLO: "after a hello: say hello again on this connection, then resend what is owed",
+}
+
+
 @dataclass(frozen=True)
 class ErrorSpec:
     code: str
     kind: str
     text: str
+    retry: str = NO
 
 
 _TABLE = [
@@ -34,7 +58,7 @@ _TABLE = [
     ErrorSpec("bad_envelope", "protocol", "Invalid envelope: {detail}"),
     ErrorSpec("unknown_kind", "protocol", "Unknown message kind {kind!r}"),
     ErrorSpec("unsupported_version", "protocol", "Protocol version {version!r} is not supported (broker speaks {supported})"),
-    ErrorSpec("not_connected", "protocol", "This connection has no session; send hello first"),
+    ErrorSpec("not_connected", "protocol", "This connection has no session; send hello first", HELLO),
     ErrorSpec("already_connected", "protocol", "This connection already has a session"),
     ErrorSpec("batch_too_large", "protocol", "Batch of {size} envelopes exceeds the limit of {limit}"),
     # -- request -------------------------------------------------------------------
@@ -59,7 +83,7 @@ _TABLE = [
     ErrorSpec("invoke_alias", "request", "invoke needs an explicit session id from list_sessions, "
               "not the alias {session!r}"),
     # -- target --------------------------------------------------------------------
-    ErrorSpec("target_not_found", "target", "No session you can see matches {to!r}; use intercom list to find targets"),
+    ErrorSpec("target_not_found", "target", "No session you can see matches {to!r}; use intercom list to find targets", LATER),
     ErrorSpec("ambiguous_target", "target", "{to!r} matches several sessions ({candidates}); use the full session id"),
     ErrorSpec("invalid_target", "target", "{to!r} is neither a full session id, an exact name, nor a unique 8-hex id prefix"),
     ErrorSpec("self_target", "target", "Cannot message the current session"),
@@ -112,21 +136,21 @@ _TABLE = [
     # -- state ---------------------------------------------------------------------
     ErrorSpec("not_member", "state", "This session is not a member of group {group!r}"),
     ErrorSpec("last_group", "state", "Cannot leave {group!r}: it is this session's only group; use leave without a group to reset"),
-    ErrorSpec("queue_full", "state", "Pending stage message queue is full (limit {limit})"),
+    ErrorSpec("queue_full", "state", "Pending stage message queue is full (limit {limit})", LATER),
     ErrorSpec("channel_in_use", "state", "Agent {agent!r} already has a live session on "
-              "channel {channel!r}; close it first or connect with another channel"),
+              "channel {channel!r}; close it first or connect with another channel", LATER),
     ErrorSpec("not_persistent", "state", "This session is ephemeral (or was deleted): only a "
               "persistent session can be reset or deleted"),
     ErrorSpec("too_many_invocations", "state", "Session {session!r} already has {limit} queued "
-              "invocations, its limit; wait for it to take some"),
+              "invocations, its limit; wait for it to take some", LATER),
     ErrorSpec("unknown_invocation", "state", "No invocation {id!r} was handed to this session "
               "and is still running"),
     ErrorSpec("pending_stage_ask_unsupported", "state",
               "{to!r} is not a live stage: ask needs a running, reply-capable target; use send, "
               "which queues for the stage because it may start much later or never"),
     ErrorSpec("terminal_child", "state", "Target noninteractive child is terminal and cannot reply"),
-    ErrorSpec("supervisor_busy", "state", "Already waiting for a supervisor reply"),
-    ErrorSpec("too_many_asks", "state", "Too many pending asks (limit {limit}); wait for one to finish"),
+    ErrorSpec("supervisor_busy", "state", "Already waiting for a supervisor reply", LATER),
+    ErrorSpec("too_many_asks", "state", "Too many pending asks (limit {limit}); wait for one to finish", LATER),
     ErrorSpec("no_pending_ask", "state", "No unresolved inbound ask to reply to"),
     ErrorSpec("reply_ambiguous", "state", "Several asks are pending ({count}); pass to or replyTo (see intercom pending)"),
     ErrorSpec("unknown_thread", "state", "No unresolved inbound ask or current message matches replyTo {reply_to!r}"),
@@ -139,35 +163,35 @@ _TABLE = [
     ErrorSpec("invalid_transition", "state", "Stage {stage!r} cannot go from {old} to {new}"),
     ErrorSpec("stage_not_deliverable", "state", "{to!r} is a stage with group \"default\": it is "
               "not workflow-owned and cannot receive Intercom messages before it starts; send "
-              "to it once it is running"),
-    # Resource limits (broker flags --max-*; see the README's limits table).
+              "to it once it is running", LATER),
+    # Resource limits (broker flags --max-*; see the limits table in docs/operations.md).
     ErrorSpec("too_many_sessions", "state", "The broker holds {count} sessions{scope}, its limit "
-              "(--{flag} {limit}); close a session or ask the operator to raise the limit"),
+              "(--{flag} {limit}); close a session or ask the operator to raise the limit", LATER),
     ErrorSpec("session_rate_limited", "state", "Sessions from this {scope} are opened faster "
               "than the broker allows ({limit} a second after a burst of {burst}, "
-              "--max-new-sessions-per-second); try again in {wait_s:.2f} s"),
+              "--max-new-sessions-per-second); try again in {wait_s:.2f} s", LATER),
     ErrorSpec("too_many_groups", "state", "A session may belong to at most {limit} groups "
               "(--max-groups); leave one first"),
     ErrorSpec("too_many_runs", "state", "This session already hosts {limit} workflow runs "
               "(--max-runs-per-session); end one first"),
     ErrorSpec("run_full", "state", "Workflow run {run_id!r} already keeps {what} of queued "
-              "messages, its limit (--{flag} {limit}); wait for stages to start or end the run"),
+              "messages, its limit (--{flag} {limit}); wait for stages to start or end the run", LATER),
     ErrorSpec("sticky_storage_full", "state", "The broker already keeps {size} bytes of queued "
-              "stage messages, its limit (--max-sticky-bytes {limit}); nothing was queued"),
+              "stage messages, its limit (--max-sticky-bytes {limit}); nothing was queued", LATER),
     ErrorSpec("too_many_conversations", "state", "Agent {agent!r} already has {limit} "
               "conversations (--max-conversations); delete one, or resume an existing one"),
     ErrorSpec("target_backlogged", "state", "{name} is not reading its messages: {size} bytes "
-              "sent to it are unread (limit {limit}); nothing was delivered, try again later"),
+              "sent to it are unread (limit {limit}); nothing was delivered, try again later", LATER),
     ErrorSpec("stage_closed", "state", "{to!r} is a stage of a run that ended and cannot answer "
               "asks (reply: unavailable): contact a live stage, or start new work with the "
               "context it needs"),
     ErrorSpec("run_taken_over", "state", "Workflow run {run_id!r} was taken over by {name} "
               "({id}); its subagents answer through that session now"),
     ErrorSpec("run_elsewhere", "state", "Workflow run {run_id!r} is held by the broker at "
-              "{endpoint}; connect there (the client does so by itself)"),
+              "{endpoint}; connect there (the client does so by itself)", REDIRECT),
     ErrorSpec("run_moving", "state", "Workflow run {run_id!r} is being taken over from a "
-              "broker that stopped; try again in a moment"),
-    ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes"),
+              "broker that stopped; try again in a moment", REDIRECT),
+    ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes", LATER),
     # respond's drafts (checked by the client; see client.drafts)
     ErrorSpec("unknown_draft", "state", "No draft {draft!r} was recorded in this conversation; "
               "send the text with content instead"),
@@ -180,32 +204,40 @@ _TABLE = [
               "this turn: it is no longer an undelivered draft; send new content to say more"),
     ErrorSpec("draft_incomplete", "state", "Draft {draft!r} is {completion}: only a complete draft "
               "can be sent by reference; author a complete replacement with content"),
-    ErrorSpec("session_id_held", "state", "A live session on another broker holds that id"),
+    ErrorSpec("session_id_held", "state", "A live session on another broker holds that id", LATER),
     ErrorSpec("session_id_unverified", "state", "No broker on this database remembers that id "
               "with that reclaim secret, or a live session on another broker holds it"),
     ErrorSpec("invocation_taken", "state", "The invocation was already started by another "
               "broker, or its conversation was deleted"),
     ErrorSpec("store_unavailable", "state", "The broker's database is locked by another process "
-              "or otherwise unavailable; the message was not kept: retry later"),
+              "or otherwise unavailable; the message was not kept: retry later", LATER),
     # -- peer ----------------------------------------------------------------------
-    ErrorSpec("ask_timeout", "peer", "No reply within {timeout_s:g} s"),
-    ErrorSpec("peer_disconnected", "peer", "{name} disconnected before replying"),
-    ErrorSpec("broker_unavailable", "peer", "Broker did not answer within {timeout_s:g} s"),
+    ErrorSpec("ask_timeout", "peer", "No reply within {timeout_s:g} s", LATER),
+    ErrorSpec("peer_disconnected", "peer", "{name} disconnected before replying", LATER),
+    ErrorSpec("broker_unavailable", "peer", "Broker did not answer within {timeout_s:g} s", LATER),
     ErrorSpec("no_broker", "peer", "No broker is listening at {endpoint} ({detail}); start one "
-              "with `python -m broker` (with --endpoint {endpoint} if that is not its default)"),
+              "with `python -m broker` (with --endpoint {endpoint} if that is not its default)", LATER),
     ErrorSpec("broker_start_failed", "peer", "No broker was listening and starting one failed "
               "({detail}); its log is {log}"),
     ErrorSpec("unknown_host", "peer", "The host {host!r} of {endpoint} does not resolve "
               "({detail}); check the host name in the endpoint (or $INTERCOM_ENDPOINT)"),
     ErrorSpec("inbox_full", "peer", "The inbox holds {count} messages ({size} bytes, limit "
-              "{limit}): reading from the broker is paused; take messages with receive()"),
+              "{limit}): reading from the broker is paused; take messages with receive()", LATER),
     ErrorSpec("session_closed", "peer", "The session is closed"),
     ErrorSpec("internal_error", "peer", "Internal broker error; the request was not applied"),
 ]
 
 ERRORS: dict[str, ErrorSpec] = {spec.code: spec for spec in _TABLE}
 # Refusals that tell the client where to go: their ``endpoint`` is on the wire too.
-REDIRECTS = frozenset({"run_elsewhere", "run_moving"})
+REDIRECTS = frozenset(spec.code for spec in _TABLE if spec.retry == REDIRECT)
+# A client's own answers to its caller (its checks, its connection, its inbox): no
+# broker sends these, so a client in another language produces them itself.
+LOCAL = frozenset({
+    "invalid_endpoint", "request_too_large", "unknown_tool", "auth_failed",
+    "confirmation_declined", "unknown_draft", "draft_expired", "draft_already_sent",
+    "draft_incomplete", "broker_unavailable", "no_broker", "broker_start_failed",
+    "unknown_host", "inbox_full", "session_closed",
+})
 
 
 class BusError(Exception):

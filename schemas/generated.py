@@ -1,5 +1,6 @@
-"""Sections of a document generated from a declaration (the README's protocol and
-limits tables): the text between two HTML comment markers belongs to the generator."""
+"""Sections of a document generated from a declaration (PROTOCOL.md's tables, the
+limits table of docs/operations.md, docs/errors.md): the text between two HTML comment
+markers belongs to the generator. ``python3 scripts/gen_docs.py`` rewrites them all."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ from typing import Callable
 
 
 def replace_section(text: str, begin: str, end: str, body: str) -> str:
-    """``text`` with the part between ``begin`` and ``end`` replaced by ``body``."""
-    head, _, rest = text.partition(begin)
-    _, _, tail = rest.partition(end)
+    """``text`` with the part between ``begin`` and ``end`` replaced by ``body``.
+
+    Raises ValueError when ``text`` lacks either marker (or has them out of order):
+    a document without the section is never appended to."""
+    head, found, rest = text.partition(begin)
+    _, found_end, tail = rest.partition(end)
+    if not found or not found_end:
+        raise ValueError(f"no section between {begin!r} and {end!r}")
     return f"{head}{begin}\n{body}{end}{tail}"
 
 

@@ -3,7 +3,7 @@
 Everything else about envelopes is derived from :data:`KINDS`: the broker's check of
 incoming envelopes (:func:`check`), the builders of outgoing ones
 (:mod:`schemas.envelopes`, each checked against this table by the tests), and the
-protocol section of the README (:func:`describe`, ``python -m schemas.kinds``).
+protocol tables of PROTOCOL.md (:func:`describe`, and ``scripts/docgen``).
 
 Every envelope is a msgpack map with ``v`` (protocol version), ``k`` (kind) and, for a
 request, ``id`` (the caller's message id, 1 to 128 characters). A frame holds one
@@ -397,7 +397,7 @@ def check(env: dict, kind: str, direction: str = CLIENT) -> None:
 
 
 def describe() -> str:
-    """The protocol as a Markdown section (the README's, and other languages')."""
+    """The protocol as a Markdown summary table (PROTOCOL.md's)."""
     lines = ["Every envelope: `v` (protocol version), `k` (kind); requests also `id` "
              f"(1 to {ID_MAX} characters). A frame holds one envelope or an array of up to "
              f"{MAX_BATCH} (at most {MAX_FRAME_BYTES >> 20} MiB). Undeclared fields are "

@@ -33,6 +33,13 @@ MAX_REASON_CHARS = 4096            # an invoke reason
 MAX_QUEUED_INVOCATIONS = 100       # unstarted invoke jobs per destination conversation
 MAX_RECOVERY_DRAFTS = 64           # drafts one response_recovery row keeps
 
+# Resends (PROTOCOL.md): a broker remembers the newest message ids, each with its sender,
+# a fingerprint of the message and its answer, so a resend is answered once; between
+# half and all of this many are remembered. A client drops a message it already handed
+# out, remembering between half and all of the last RECEIVED_IDS_KEPT.
+REMEMBERED_MESSAGE_IDS = 200_000
+RECEIVED_IDS_KEPT = 4096
+
 HEARTBEAT_S = 1.0                  # client sends a heartbeat this often when idle
 LIVENESS_S = 3.0                   # a session silent this long is gone
 CALL_TIMEOUT_S = 10.0              # client waits this long for a non-ask answer
@@ -40,7 +47,7 @@ WAIT_TIMEOUT_S = 60.0              # the MCP server's wait tool: default timeout
 MAX_WAIT_TIMEOUT_S = 300.0         # ... and its largest
 
 # What one client may make the broker hold (each is a flag and a config field; the
-# README's limits table is generated from broker.limits_table).
+# limits table of docs/operations.md is generated from schemas.bounds).
 MAX_SESSIONS = 4096                # live sessions, broker-wide
 MAX_SESSIONS_PER_CONNECTION = 1024 # live sessions from one peer (process, key; connection on TCP)
 MAX_NEW_SESSIONS_PER_SECOND = 100  # sessions one peer (or connection) opens a second, past a burst

@@ -7,7 +7,7 @@ Starts ``python -m broker`` in a tmp dir with every ``--max-*`` flag set low, th
 drives each bound past its limit through the public client and prints, per bound:
 the flag and value, the call that went past it, and the code and text it got. A
 last line says whether every bound answered its documented code (exit 0) or not.
-The defaults are in the README's limits table (``python -m broker --help`` too).
+The defaults are in the limits table of docs/operations.md (``python -m broker --help`` too).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The protocol is declared once: handlers, builders and the README follow the declaration."""
+"""The protocol is declared once: handlers and builders follow the declaration (and the
+documents generated from it, tests/unit/test_docs.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +10,6 @@ from schemas import envelopes, kinds
 from schemas.errors import BusError
 from schemas.names import WORKFLOW_OPS as WORKFLOW_OP_NAMES
 from schemas.tools import INTERCOM_ACTIONS
-
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _check_broker(env: dict) -> None:
@@ -59,14 +56,3 @@ def test_a_missing_required_field_is_a_bad_envelope():
     with pytest.raises(BusError) as caught:
         kinds.check({"v": 1, "k": "received"}, "received")
     assert caught.value.code == "bad_envelope"
-
-
-def test_the_readme_wire_section_is_the_generated_one():
-    text = README.read_text()
-    assert kinds.with_description(text) == text
-
-
-def test_the_readme_limits_table_is_the_generated_one():
-    from schemas import bounds
-    text = README.read_text()
-    assert bounds.BEGIN in text and bounds.with_description(text) == text

@@ -11,6 +11,7 @@ and ``last`` may lag by that much across brokers.
 from __future__ import annotations
 
 from broker.core.sessions.registry import Session
+from broker.core.kernel.lifecycle import SessionChanged, emit
 from broker.core.kernel.state import State
 
 TELL_ACTIVE_S = 1.0
@@ -25,4 +26,4 @@ def touch(state: State, session: Session) -> None:
     conversation = conversations.by_session.get(session.id)
     if conversation is not None and (conversation.told_at is None
                                      or state.wall - conversation.told_at >= TELL_ACTIVE_S):
-        state.cluster.changed[session.id] = session
+        emit(state, SessionChanged(session))

@@ -37,6 +37,7 @@ from broker.core.kernel.commands import ReadJobs
 from broker.core.agents.invoke_actions import caller_conversation
 from broker.core.kernel.records import ConversationDeleted, RecoveryDeleted
 from broker.core.sessions.registry import Session
+from broker.core.kernel.lifecycle import SessionLeft
 from broker.core.kernel.state import State
 
 
@@ -186,3 +187,8 @@ def _own_persistent(state: State, session: Session, what: str) -> Conversation:
     if not conversation.persistent:
         raise BusError("not_persistent")
     return conversation
+
+
+def session_left(state: State, event: SessionLeft) -> None:
+    """Lifecycle listener: see :func:`left`."""
+    left(state, event.session)

@@ -38,6 +38,7 @@ from broker.core.agents.invocation_table import (FINISHED_FAILED, FINISHED_OK, H
                           SESSION_ENDED_TEXT, TAKEN, WRITE_FAILED, Destination, Job)
 from broker.core.kernel.records import InvocationState
 from broker.core.sessions.registry import Session
+from broker.core.kernel.lifecycle import SessionChanged, emit
 from broker.core.kernel.state import State
 
 
@@ -209,7 +210,7 @@ def _tell_count(state: State, conversation: Conversation) -> None:
         return
     session = state.registry.by_id.get(conversation.session_id or "")
     if session is not None and session.broker is None and conversation.live:
-        state.cluster.changed[session.id] = session
+        emit(state, SessionChanged(session))
 
 
 def _move(state: State, destination: Destination, broker_id: str) -> None:

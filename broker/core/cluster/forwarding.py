@@ -1,7 +1,9 @@
 """Requests for sessions held by other brokers: handed to that broker, answered from there.
 
-A ``send``, ``sends``, ``ask`` or supervisor ask of a session held here, whose target
-resolves (with every targeting and visibility rule, mirrors included) to a mirror, is
+Which requests move, and where, is decided once, before any handler runs, by
+:mod:`broker.core.cluster.placement`; this module carries them (:func:`hand`) and
+settles their answers. A ``send``, ``sends``, ``ask`` or supervisor ask of a session
+held here, whose target resolves (with every targeting and visibility rule, mirrors included) to a mirror, is
 forwarded whole to the broker holding the target. That broker handles it as if the
 asker were connected there (the asker is a mirror on it), so the one send path, the
 ask table and the reply rules all run where the target is, and its answer, the
@@ -16,7 +18,7 @@ or one that ended: then the host's broker, from the link rows' ``hosts``, takes
 post-mortem traffic) is handled here.
 
 A host operation (``workflow``: ``stage_state``, ``add_stages``, ``end_run``, ...) on a
-run another live broker owns is forwarded to the owner too (:func:`host_operation`):
+run another live broker owns is forwarded to the owner too (decided in :mod:`broker.core.cluster.placement`):
 a host whose client failed over to another broker while its run's broker restarted
 on its endpoint keeps hosting it from where it is, and never needs to move. The owner
 checks the host as for a local one (the host is a mirror there); memberships are the
@@ -38,49 +40,12 @@ from schemas import envelopes
 from schemas.errors import BusError
 
 from broker.core.cluster import ownership
-from broker.core.messaging.send_path import resolve_target
 from broker.core.sessions.membership import change_groups
 from broker.core.cluster.peers import Forwarded, Peer
 from broker.core.kernel.commands import LinkSend
-from broker.core.workflow.paths import looks_like_path, parse_path
+from broker.core.workflow.paths import parse_path
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
-
-
-def forward(state: State, session: Session, to: object, env: dict, ids: list,
-            now: float) -> bool:
-    """Forward ``env`` (request ids ``ids``) when ``to`` names a mirror; False to
-    handle it here."""
-    if session.broker is not None or to.__class__ is not str:
-        return False
-    if looks_like_path(to):
-        broker_id = run_owner(state, to)
-        if broker_id is not None:
-            return _hand(state, session, broker_id, to, env, ids, again=True)
-        return _moving(state, session, to, env, ids, now)
-    try:
-        target = resolve_target(state, session, to)
-    except BusError as error:
-        holder = ownership.holder_of(state, session, to) \
-            if error.code == "target_not_found" and state.cluster.foreign_subagents else None
-        # A subagent of another broker's dormant run: that broker holds sends for it.
-        return holder is not None and _hand(state, session, holder, to, env, ids)
-    return to_broker(state, session, target, env, ids)
-
-
-def host_operation(state: State, session: Session, env: dict, re: str, now: float) -> bool:
-    """Forward the workflow operation ``env`` (request ``re``) to the broker owning its
-    run; False to handle it here. Raises ownership.Parked when the run is a dead
-    broker's not adopted yet (it waits for the adoption), or BusError(run_moving)."""
-    run_id = env.get("runId")
-    if session.broker is not None or run_id.__class__ is not str or run_id in state.runs:
-        return False
-    peer = ownership.owner(state, run_id)
-    if peer is not None:
-        return _hand(state, session, peer.broker_id, f"workflow:{run_id}", env, [re], again=True)
-    if state.cluster.orphans:
-        ownership.hold(state, run_id, now, session.identity, env)
-    return False
 
 
 def run_owner(state: State, to: str) -> str | None:
@@ -99,32 +64,10 @@ def run_owner(state: State, to: str) -> str | None:
     return host.broker if host is not None else None
 
 
-def _moving(state: State, session: Session, to: str, env: dict, ids: list,
-            now: float) -> bool:
-    """A path to an orphan run (its broker died, not adopted yet): the request waits
-    for the adoption (raises ownership.Parked); False for any other path."""
-    run_id = ownership.path_run(to) if state.cluster.orphans else None
-    if run_id is not None and run_id not in state.runs:
-        try:
-            ownership.hold(state, run_id, now, session.identity, env)
-        except BusError as error:         # too many waiting: this one is refused
-            for request_id in ids:
-                if request_id.__class__ is str:
-                    state.answer(session, request_id, error)
-            return True
-    return False
-
-
-def to_broker(state: State, session: Session, target: Session, env: dict, ids: list,
-              name: str | None = None) -> bool:
-    """Forward ``env`` to ``target``'s broker if it is a mirror; False if it is local."""
-    if target.broker is None or session.broker is not None:
-        return False
-    return _hand(state, session, target.broker, name or target.name, env, ids)
-
-
-def _hand(state: State, session: Session, broker_id: str, name: str, env: dict,
-          ids: list, again: bool = False) -> bool:
+def hand(state: State, session: Session, broker_id: str, name: str, env: dict,
+         ids: list, again: bool = False) -> None:
+    """Send ``env`` (request ids ``ids``) to ``broker_id``, which answers over the link;
+    ``name`` is what a refusal calls the target."""
     mine = state.cluster.forwarded.setdefault(session.id, {})
     kept = env if again else None
     for request_id in ids:
@@ -132,7 +75,6 @@ def _hand(state: State, session: Session, broker_id: str, name: str, env: dict,
             mine[request_id] = Forwarded(broker_id, name, kept)
     state.stats["forwarded"] += 1
     state.out.append(LinkSend(broker_id, [envelopes.forward(session.id, env)]))
-    return True
 
 
 def answered(state: State, session: Session, env: dict) -> None:

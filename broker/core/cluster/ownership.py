@@ -175,16 +175,18 @@ def peer_gone(state: State, peer: Peer, now: float) -> None:
     state.cluster.orphans[peer.broker_id] = Orphans(now + ADOPT_GRACE_S, hosts)
 
 
-class Parked(Exception):
-    """The request waits for an adoption (see :func:`hold`); nothing answers it now."""
+def orphaned(state: State, run_id: object) -> bool:
+    """Whether ``run_id`` is a dead broker's run that nobody adopted yet."""
+    return any(run_id in orphans.hosts for orphans in state.cluster.orphans.values())
 
 
 def hold(state: State, run_id: object, now: float, identity: bytes, env: dict) -> None:
-    """A request (``env`` from ``identity``) needs ``run_id``: if it is an orphan, its
-    adoption is asked now and the request waits for it, to be handled again once the
-    run has an owner (here or elsewhere).
+    """A request (``env`` from ``identity``) needs the orphan ``run_id``
+    (:func:`broker.core.cluster.placement.place` said so): its adoption is asked now and
+    the request waits for it, to be handled again once the run has an owner (here or
+    elsewhere).
 
-    Raises Parked, or BusError(run_moving) when too many requests wait already."""
+    Raises BusError(run_moving) when too many requests wait already."""
     for dead, orphans in state.cluster.orphans.items():
         if run_id in orphans.hosts:
             _ask(state, dead, orphans, now)
@@ -192,7 +194,7 @@ def hold(state: State, run_id: object, now: float, identity: bytes, env: dict) -
                 raise BusError("run_moving", run_id=run_id, endpoint=state.cluster.endpoint)
             orphans.parked.append((identity, env))
             state.stats["runs.parked"] += 1
-            raise Parked()
+            return
 
 
 def arrived(state: State, session_id: str, now: float) -> None:

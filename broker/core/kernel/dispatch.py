@@ -2,7 +2,9 @@
 
 This file is the table. :func:`handle` checks an envelope against its kind's
 declaration in :mod:`schemas.kinds`, finds the session its connection speaks for,
-and calls the handler named here. A handler refuses by raising
+asks :func:`broker.core.cluster.placement.place` whether the request belongs on another
+broker (forwarded whole) or must wait for a dead broker's run (parked), and otherwise
+calls the handler named here. A handler refuses by raising
 :class:`~schemas.errors.BusError`; :func:`handle` turns every refusal (and any bug,
 counted as ``internal_error``) into one answer through
 :meth:`~broker.core.kernel.state.State.answer`, and the final pass builds its envelope with
@@ -11,20 +13,22 @@ counted as ``internal_error``) into one answer through
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from broker.core.sessions import authority, connect, control, grants, membership
+from broker.core.sessions import authority, connect, control, grants, membership, presence
+from broker.core.messaging import ask_actions
+from broker.core.workflow import closed_stages
 from broker.core.agents import conversations, invoke_actions as invoking
-from broker.core.cluster import forwarding, ownership
+from broker.core.cluster import changes, placement
 from broker.core.workflow import hosting, stage_binding as stages
 from broker.core.messaging import handlers as messaging
 from broker.core.agents.recovery import recovery
 from broker.core.agents.respond_action import ack_output, respond
+from broker.core.kernel.lifecycle import RunClosed, SessionChanged, SessionLeft
 from broker.core.kernel.params import tool_params
 from broker.core.kernel.state import State
 
@@ -32,10 +36,6 @@ KindHandler = Callable[..., None]
 ActionHandler = Callable[..., "dict[str, Any] | None"]
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    handler: KindHandler
-    needs_id: str | None = None   # a request: refused with this detail without a usable id
 
 
 def _call(state: State, session, env: dict, re: str, now: float) -> None:
@@ -53,8 +53,6 @@ def _workflow(state: State, session, env: dict, re: str, now: float) -> None:
     op = WORKFLOW_OPS.get(env["op"])
     if op is None:
         raise BusError("bad_envelope", detail=f"op must be one of {', '.join(WORKFLOW_OPS)}")
-    if state.cluster.others and forwarding.host_operation(state, session, env, re, now):
-        return                   # the run's broker answers it
     answer = op(state, session, env, now)
     if answer is not None:       # None: answered once its write is committed
         state.answer(session, re, answer)
@@ -78,25 +76,25 @@ def _grant(state: State, session, env: dict, re: str, now: float) -> None:
 # -- the tables ---------------------------------------------------------------------
 
 # ``hello`` is the one kind handled without a session (see handle()).
-KINDS: dict[str, Route] = {
-    "call": Route(_call, "a call needs a string id"),
-    "sends": Route(messaging.sends),
-    "supervisor": Route(messaging.supervisor, "a supervisor ask needs a string id"),
-    "workflow": Route(_workflow, "a workflow operation needs a string id"),
-    "status": Route(connect.lifecycle),
-    "received": Route(_received),
-    "grant": Route(_grant, "a grant request needs a string id"),
-    "respond": Route(respond, "a respond needs a string id"),
-    "ack_output": Route(ack_output, "ack_output needs a string id"),
-    "sessions": Route(conversations.sessions, "a sessions request needs a string id"),
-    "invoke": Route(invoking.invoke, "an invoke needs a string id"),
-    "finish_invocation": Route(invoking.finish, "finish_invocation needs a string id"),
-    "turn": Route(conversations.turn),
-    "recovery": Route(recovery, "a recovery report needs a string id"),
-    "reset": Route(conversations.reset, "a reset needs a string id"),
-    "delete": Route(conversations.delete, "a delete needs a string id"),
-    "bye": Route(connect.bye),
-    "hb": Route(connect.heartbeat),
+KINDS: dict[str, KindHandler] = {
+    "call": _call,
+    "sends": messaging.sends,
+    "supervisor": messaging.supervisor,
+    "workflow": _workflow,
+    "status": connect.lifecycle,
+    "received": _received,
+    "grant": _grant,
+    "respond": respond,
+    "ack_output": ack_output,
+    "sessions": conversations.sessions,
+    "invoke": invoking.invoke,
+    "finish_invocation": invoking.finish,
+    "turn": conversations.turn,
+    "recovery": recovery,
+    "reset": conversations.reset,
+    "delete": conversations.delete,
+    "bye": connect.bye,
+    "hb": connect.heartbeat,
 }
 
 ACTIONS: dict[str, ActionHandler] = {
@@ -119,6 +117,18 @@ WORKFLOW_OPS: dict[str, Callable[..., "dict[str, Any] | None"]] = {
     "revoke_stage": hosting.revoke_stage,
     "take_over": hosting.take_over,
 }
+
+# Who hears each lifecycle event (broker.core.kernel.lifecycle), in this order: a
+# session's groups hear it left before its asks fail and its stage is unbound.
+LIFECYCLE: dict[type, tuple] = {
+    SessionLeft: (presence.session_left, ask_actions.session_left, stages.session_left,
+                  closed_stages.session_left, conversations.session_left, changes.session_left),
+    SessionChanged: (changes.session_changed,),
+    RunClosed: (changes.run_closed,),
+}
+
+# Kinds declared as requests (schemas.kinds): refused without a usable id.
+_REQUESTS = frozenset(k.name for k in kinds.CLIENT_KINDS if k.request)
 
 # Kinds a client sends without an id: a refusal is counted, not answered (except
 # not_connected, which tells a client whose session is gone to say hello again).
@@ -143,10 +153,14 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
             kinds.check(env, "hello")
             if re is None:
                 raise BusError("bad_envelope", detail="missing field 'id'")
+            where = placement.place(state, session, kind, env)
+            if where is not None:
+                placement.carry_out(state, session, identity, where, env, [re], now)
+                return
             connect.hello(state, identity, session, env, re, now)
             return
-        route = KINDS.get(kind) if kind.__class__ is str else None
-        if route is None:
+        handler = KINDS.get(kind) if kind.__class__ is str else None
+        if handler is None:
             raise BusError("unknown_kind", kind=kind)
         if session is None:
             raise BusError("not_connected")
@@ -154,11 +168,14 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
         kinds.check(env, kind)
         if session.is_control:
             control.check_request(kind, env)     # it may only read
-        if route.needs_id and re is None:
-            raise BusError("bad_envelope", detail=route.needs_id)
-        route.handler(state, session, env, re, now)
-    except ownership.Parked:
-        return          # it waits for a dead broker's run to be adopted, then runs again
+        if re is None and kind in _REQUESTS:
+            raise BusError("bad_envelope", detail=f"a {kind} request needs a string id")
+        where = placement.place(state, session, kind, env)
+        if where is not None:
+            ids = env["ids"] if kind == "sends" else [re]
+            placement.carry_out(state, session, identity, where, env, ids, now)
+            return
+        handler(state, session, env, re, now)
     except BusError as error:
         if re is None and kind.__class__ is str and kind in _UNANSWERED:
             state.stats[f"dropped.{error.code}"] += 1

@@ -44,7 +44,7 @@ from broker.core.cluster import links, ownership, remote_listing
 from broker.core.agents.registry import Conversation
 from broker.core.kernel.commands import Answer, Command
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
-from broker.core.kernel.dispatch import handle
+from broker.core.kernel.dispatch import LIFECYCLE, handle
 from broker.core.kernel.outbox import render
 from broker.core.kernel.records import InvocationSaved, InvocationState, Snapshot, StickyRow
 from broker.core.sessions.registry import Registry
@@ -77,6 +77,7 @@ class Engine:
                  endpoint: str = "", lease_s: float = LEASE_S, curve_public: str = "") -> None:
         self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
                            warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
+        self.state.listeners = LIFECYCLE
         self.state.cluster.endpoint = endpoint
         self.state.cluster.lease_s = lease_s
         self.state.cluster.curve_public = curve_public
@@ -260,9 +261,9 @@ class Engine:
     def persisted(self, ticket: int, now: float, wall: float | None = None) -> list[Command]:
         """A write asked for with ``ticket`` is durable."""
         self.state.wall = now if wall is None else wall
-        callbacks = self.state.tickets.pop(ticket, None)
-        if callbacks is not None:
-            callbacks[0](now)
+        waiting = self.state.tickets.pop(ticket, None)
+        if waiting is not None:
+            waiting.on_durable(now)
         return self._flush()
 
     def persist_failed(self, ticket: int, now: float, wall: float | None = None,
@@ -270,10 +271,10 @@ class Engine:
         """A write asked for with ``ticket`` could not be committed; its waiter is
         refused with ``code`` (``store_unavailable``: the store could not take it now)."""
         self.state.wall = now if wall is None else wall
-        callbacks = self.state.tickets.pop(ticket, None)
+        waiting = self.state.tickets.pop(ticket, None)
         self.state.stats["persist.failed"] += 1
-        if callbacks is not None and callbacks[1] is not None:
-            callbacks[1](now, BusError(code))
+        if waiting is not None and waiting.on_failed is not None:
+            waiting.on_failed(now, BusError(code))
         return self._flush()
 
     def persist_kept(self, ticket: int, kept: StickyRow, now: float,
@@ -281,13 +282,13 @@ class Engine:
         """A sticky entry asked for with ``ticket`` was not written: the store holds
         the same request already (``kept``, written by this broker or another)."""
         self.state.wall = now if wall is None else wall
-        callbacks = self.state.tickets.pop(ticket, None)
+        waiting = self.state.tickets.pop(ticket, None)
         self.state.stats["persist.kept"] += 1
-        if callbacks is not None:
-            if callbacks[2] is not None:
-                callbacks[2](now, kept)
-            elif callbacks[1] is not None:   # nothing else is ever kept: a bug
-                callbacks[1](now, BusError("internal_error"))
+        if waiting is not None:
+            if waiting.on_kept is not None:
+                waiting.on_kept(now, kept)
+            elif waiting.on_failed is not None:   # nothing else is ever kept: a bug
+                waiting.on_failed(now, BusError("internal_error"))
         return self._flush()
 
     def next_deadline(self) -> float:

@@ -45,6 +45,15 @@ RECENT_PER_SESSION = 512      # ordinary messages a session can still reply to: 
 
 
 @dataclass(frozen=True, slots=True)
+class Ticket:
+    """Who waits for one store write, by outcome (see :meth:`State.persist`)."""
+
+    on_durable: OnDone
+    on_failed: OnFailed | None = None
+    on_kept: OnKept | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     """Timeouts and the resource bounds (declared with their flags in schemas.bounds)."""
 
@@ -102,8 +111,10 @@ class State:
     departures: Departures = field(default_factory=Departures)   # peers still to be told
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)
+    # lifecycle event type -> its listeners, in order (broker.core.kernel.lifecycle)
+    listeners: dict[type, tuple] = field(default_factory=dict)
     internal_errors: list[Exception] = field(default_factory=list)
-    tickets: dict[int, tuple[OnDone, OnFailed | None, OnKept | None]] = field(default_factory=dict)
+    tickets: dict[int, Ticket] = field(default_factory=dict)
     next_ticket: int = 0
     wall: float = 0.0
     grant_key: bytes = b""            # see broker.core.sessions.grants; set from the store at start
@@ -141,7 +152,7 @@ class State:
             self.out.append(Persist(record))
             return
         self.next_ticket += 1
-        self.tickets[self.next_ticket] = (on_durable, on_failed, on_kept)
+        self.tickets[self.next_ticket] = Ticket(on_durable, on_failed, on_kept)
         self.out.append(Persist(record, self.next_ticket))
 
     def recent_for(self, session: Session) -> RecentMap[str, str]:

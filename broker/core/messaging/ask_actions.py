@@ -17,6 +17,7 @@ from broker.core.sessions import backlog
 from broker.core.messaging.ask_table import Ask
 from broker.core.messaging.delivery import deliver
 from broker.core.sessions.registry import Session
+from broker.core.kernel.lifecycle import SessionLeft
 from broker.core.kernel.state import State
 
 
@@ -67,3 +68,8 @@ def session_gone(state: State, session: Session) -> None:
 def expire(state: State, now: float) -> None:
     for ask in state.asks.expire(now):
         settle_error(state, ask, BusError("ask_timeout", timeout_s=ask.deadline_at - ask.sent_at))
+
+
+def session_left(state: State, event: SessionLeft) -> None:
+    """Lifecycle listener: see :func:`session_gone`."""
+    session_gone(state, event.session)

@@ -20,10 +20,11 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from schemas.errors import BusError
+from schemas.limits import REMEMBERED_MESSAGE_IDS
 
 from broker.core.kernel.bounded import RecentMap
 
-DEFAULT_CAPACITY = 200_000
+DEFAULT_CAPACITY = REMEMBERED_MESSAGE_IDS
 # Stands for "this entry's own id" in answers recorded for a batch (one shared tuple).
 _OWN_ID = "\x00own id"
 REFUSAL_TEXT_MAX = 200      # characters of a remembered refusal's text (a longer one is cut)

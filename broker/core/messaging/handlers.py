@@ -17,7 +17,6 @@ from broker.core.messaging.send_path import admit_sends, once, resolve_target
 from broker.core.messaging.ask_actions import open_ask, pending_rows
 from broker.core.sessions.authority import refuse_non_agent
 from broker.core.messaging.dedup import fingerprint
-from broker.core.cluster.forwarding import forward, to_broker
 from broker.core.kernel.params import tool_params, turn_of
 from broker.core.workflow.path_delivery import resolve_ask
 from broker.core.workflow.paths import looks_like_path
@@ -29,9 +28,6 @@ from broker.core.kernel.state import State
 def send(state: State, session: Session, params: dict, re: str, now: float,
          env: dict) -> None:
     """The ``send`` action: one item through the send path (it answers itself)."""
-    if state.cluster.others and params.get("replyTo") is None and \
-            forward(state, session, params.get("to"), env, [re], now):
-        return
     admit_sends(state, session, params.get("to"), [re], [params.get("message")], now,
                 attachments=params.get("attachments"), reply_to=params.get("replyTo"),
                 turn=turn_of(env), quiet=env.get("quiet") is True)
@@ -42,16 +38,12 @@ def sends(state: State, session: Session, env: dict, re: str | None, now: float)
     ids, texts = env["ids"], env["messages"]
     if len(ids) != len(texts):
         raise BusError("bad_envelope", detail="sends needs lists 'ids' and 'messages' of one length")
-    if state.cluster.others and forward(state, session, env.get("to"), env, ids, now):
-        return
     admit_sends(state, session, env.get("to"), ids, texts, now, quiet=True, batched=True)
 
 
 def ask(state: State, session: Session, params: dict, re: str, now: float,
         env: dict) -> dict[str, Any] | None:
     to = params.get("to")
-    if state.cluster.others and forward(state, session, to, env, [re], now):
-        return None
     mark = fingerprint("ask", to, params.get("message"), params.get("replyTo"),
                        params.get("attachments"))
 
@@ -85,11 +77,6 @@ def pending(state: State, session: Session, params: dict, re: str, now: float,
 
 def supervisor(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
     """A child asks the session that launched it, across groups if need be."""
-    if re is None:
-        raise BusError("bad_envelope", detail="a supervisor ask needs a string id")
-    parent = state.registry.by_id.get(session.parent_id or "")
-    if parent is not None and to_broker(state, session, parent, env, [re]):
-        return
     params = {k: env[k] for k in ("message", "attachments", "timeout") if k in env}
     params = tool_params({**params, "action": "ask"})
     mark = fingerprint("supervisor", None, params.get("message"), None, params.get("attachments"))

@@ -34,7 +34,7 @@ from schemas.names import (CONTROL, IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAP
 
 from broker.core.messaging import ask_actions as asking
 from broker.core.sessions import backlog, control
-from broker.core.workflow import closed_stages as closed, held_sends as held
+from broker.core.workflow import held_sends as held
 from broker.core.agents import conversations, invoke_actions as invoking
 from broker.core.cluster import ownership
 from broker.core.agents.registry import welcome_fields
@@ -48,7 +48,8 @@ from broker.core.sessions.identities import remember
 from broker.core.sessions.identity_table import IdentityRecord
 from broker.core.kernel.records import IdentitySaved, SessionReleased
 from broker.core.sessions.registry import Session
-from broker.core.workflow.stage_binding import bind, host_returned, stage_home, unbind
+from broker.core.workflow.stage_binding import bind, host_returned, stage_home
+from broker.core.kernel.lifecycle import SessionLeft, emit
 from broker.core.kernel.state import State
 
 NOT_REMEMBERED = "that id is not remembered here and came without a reclaim secret"
@@ -106,8 +107,6 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         ownership.check_here(state, ownership.path_run(parent.mirrored_stage))
     stage = None
     if kind == STAGE and env.get("stage"):
-        if state.cluster.orphans:
-            ownership.hold(state, ownership.path_run(env["stage"]), now, identity, env)
         home, run, node = stage_home(state, env["stage"], env.get("group"), env.get("grant"), now)
         stage = (run, node)
     else:
@@ -237,14 +236,9 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
     if session.is_control:
         control.close(state, session)
         return
-    before = set(session.groups)
+    before = frozenset(session.groups)
     state.registry.remove(session)
-    membership_changed(state, session, before, set(), departing=True)
-    asking.session_gone(state, session)
-    unbind(state, session)
-    closed.host_gone(state, session)
-    conversations.left(state, session)
-    state.cluster.session_left(session)
+    emit(state, SessionLeft(session, before))
     if session.broker is None:
         state.persist(SessionReleased(session.id, state.broker_id))
 

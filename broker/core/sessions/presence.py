@@ -27,7 +27,13 @@ from broker.core.sessions.authority import sees_into, watchers
 from broker.core.kernel.commands import Publish, Send
 from broker.core.sessions.departures import BRIEF_FIELDS
 from broker.core.sessions.registry import Session
+from broker.core.kernel.lifecycle import SessionChanged, SessionLeft, emit
 from broker.core.kernel.state import State
+
+
+def session_left(state: State, event: SessionLeft) -> None:
+    """Its groups hear that the session left (lifecycle listener)."""
+    membership_changed(state, event.session, set(event.groups), set(), departing=True)
 
 
 def membership_changed(state: State, session: Session, before: set[str], after: set[str], *,
@@ -37,8 +43,7 @@ def membership_changed(state: State, session: Session, before: set[str], after: 
     The registry must already reflect ``after``.
     """
     registry, out = state.registry, state.out
-    if session.broker is None and state.cluster.peers:
-        state.cluster.changed[session.id] = session    # other brokers hear of it too
+    emit(state, SessionChanged(session))    # other brokers hear of it too
     if departing:
         row = session.public()
         for group in sorted(before):
@@ -111,8 +116,7 @@ def _saw(state: State, session: Session, groups: set[str]) -> list[str]:
 def status_changed(state: State, session: Session) -> None:
     """Tell every session that can see ``session`` about its new status."""
     registry = state.registry
-    if session.broker is None and state.cluster.peers:
-        state.cluster.changed[session.id] = session
+    emit(state, SessionChanged(session))
     departures.settle(state, session.id)
     row = session.public()
     env = envelopes.presence(PRESENCE_UPDATE, row)

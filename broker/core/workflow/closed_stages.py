@@ -25,6 +25,7 @@ from schemas.errors import BusError
 
 from broker.core.workflow.run_tree import Run
 from broker.core.sessions.registry import Session
+from broker.core.kernel.lifecycle import SessionLeft
 from broker.core.kernel.state import State
 
 POST_MORTEM = "closed · reply: post-mortem only"
@@ -118,3 +119,8 @@ def _may_reach(state: State, session: Session, stage: ClosedStage) -> bool:
         return True
     host = state.registry.by_id.get(stage.host_id)
     return host is not None and f"workflow:{stage.run_id}" in session.groups
+
+
+def session_left(state: State, event: SessionLeft) -> None:
+    """Lifecycle listener: a host's closed stages go with it (:func:`host_gone`)."""
+    host_gone(state, event.session)

@@ -27,6 +27,7 @@ from broker.core.kernel.records import RunEnded
 from broker.core.workflow.run_tree import Node, Run, build_nodes
 from broker.core.sessions.registry import Session
 from broker.core.workflow.stage_binding import save, set_host
+from broker.core.kernel.lifecycle import RunClosed, emit
 from broker.core.kernel.state import State
 
 
@@ -43,7 +44,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> None:
         raise BusError("invalid_params", detail="lateRouter must be true or false")
     run = state.runs.get(run_id)
     if run is None:
-        _not_elsewhere(state, run_id, now, session, env)
+        ownership.check_here(state, run_id)
     if run is not None:
         if run.host_id not in (None, session.id):
             raise BusError("not_run_host", run_id=run_id)
@@ -94,7 +95,7 @@ def take_over(state: State, session: Session, env: dict, now: float) -> dict[str
     invalid_grant | too_many_runs | too_many_groups)."""
     run = state.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
     if run is None:
-        _not_elsewhere(state, env.get("runId"), now, session, env)
+        ownership.check_here(state, env.get("runId"))
         raise BusError("unknown_run", run_id=env.get("runId"))
     if run.host_id is not None and run.host_id != session.id:
         raise BusError("not_run_host", run_id=run.run_id)
@@ -217,21 +218,12 @@ def end_run(state: State, session: Session, env: dict, now: float) -> dict[str, 
             notify_undeliverable(state, entry, "run ended before a matching stage received it")
     close_run(state, run)
     del state.runs[run.run_id]
-    ownership.ended(state, run.run_id)
+    emit(state, RunClosed(run.run_id))
     for table in (state.hosted, state.hosted_before):
         for holder in {run.host_id, run.last_host_id}:
             table.get(holder, set()).discard(run.run_id)
     state.persist(RunEnded(run.run_id))
     return {"runId": run.run_id, "ended": True, "undeliverable": undeliverable}
-
-
-def _not_elsewhere(state: State, run_id: object, now: float, session: Session,
-                   env: dict) -> None:
-    """For a run another broker owns: raises BusError(run_elsewhere). For a dead
-    broker's run not adopted yet: the request waits (ownership.Parked)."""
-    ownership.check_here(state, run_id)
-    if state.cluster.orphans:
-        ownership.hold(state, run_id, now, session.identity, env)
 
 
 def hosted(state: State, session: Session, env: dict) -> Run:

@@ -26,6 +26,7 @@ from broker.core.workflow.paths import WorkflowPath, parse_path
 from broker.core.kernel.records import StickyDelivery
 from broker.core.workflow.run_tree import Node, Run, build_nodes
 from broker.core.sessions.registry import Session, StageBinding
+from broker.core.kernel.lifecycle import SessionChanged, SessionLeft, emit
 from broker.core.kernel.state import State
 
 MAX_RECEIPTS = 512       # ids read from one ``received`` envelope
@@ -138,8 +139,7 @@ def set_host(state: State, run: Run, session: Session) -> None:
     state.leased.discard(run.run_id)
     state.hosted.setdefault(session.id, set()).add(run.run_id)
     state.hosted_before.setdefault(session.id, set()).add(run.run_id)
-    if session.broker is None:     # a mirror's row is its own broker's to tell
-        state.cluster.changed[session.id] = session     # other brokers learn who owns the run
+    emit(state, SessionChanged(session))     # other brokers learn who owns the run
 
 
 def received(state: State, session: Session, ids: list) -> None:
@@ -158,3 +158,8 @@ def received(state: State, session: Session, ids: list) -> None:
 
 def save(state: State, run: Run) -> None:
     state.persist(ownership.saved(state, run))
+
+
+def session_left(state: State, event: SessionLeft) -> None:
+    """Lifecycle listener: see :func:`unbind`."""
+    unbind(state, event.session)

@@ -1,0 +1,130 @@
+"""Where a request belongs: here, on another broker, or parked until a run is adopted.
+
+:func:`place` is asked once by :func:`broker.core.kernel.dispatch.handle` after an
+envelope passed its checks and before any handler runs, so no handler forwards or
+parks anything and a request is never half-handled before it moves:
+
+* ``None``: handle it here (always, when no other broker is live or dead-and-pending,
+  and for every request of a mirror: it was forwarded here already).
+* :class:`Forward`: hand it whole to another broker (see
+  :mod:`broker.core.cluster.forwarding`), which answers over the link.
+* :class:`Park`: it needs a run whose broker died and that nobody adopted yet; it
+  waits for the adoption (:func:`broker.core.cluster.ownership.hold`) and is then
+  handled again from the start.
+
+What moves, by kind:
+
+====================  ===============================================================
+``call`` send / ask   the target's broker when ``to`` resolves to a mirror; a path's
+                      run owner (or, for an ended run, its last host's broker); the
+                      owner of a dormant run whose subagent ``to`` names. A send with
+                      ``replyTo`` stays: the thread is in the replier's own tables.
+``sends``             as a send, for the one target of the batch
+``supervisor``        the broker of the asker's parent, when the parent is a mirror
+``workflow``          the run's owner; parked when the run is an orphan
+``hello`` (stage)     parked when the stage's run is an orphan
+====================  ===============================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.errors import BusError
+from schemas.names import STAGE
+
+from broker.core.cluster import ownership
+from broker.core.cluster.forwarding import hand, run_owner
+from broker.core.kernel.state import State
+from broker.core.messaging.send_path import resolve_target
+from broker.core.sessions.registry import Session
+from broker.core.workflow.paths import looks_like_path
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Hand the request to ``broker_id``; ``name`` is what a refusal calls the target;
+    ``again``: if that broker dies first, handle the request again rather than fail it
+    (paths: the run's adopter answers it)."""
+
+    broker_id: str
+    name: str
+    again: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """Wait for the adoption of ``run_id``, a dead broker's run."""
+
+    run_id: str
+
+
+Placement = Forward | Park | None
+
+
+def place(state: State, session: Session | None, kind: str, env: dict) -> Placement:
+    """Where the checked envelope ``env`` of ``kind`` from ``session`` (None: a hello)
+    belongs. Raises nothing: a target that does not resolve is handled here, where
+    the refusal is this broker's own."""
+    cluster = state.cluster
+    if not cluster.others or (session is not None and session.broker is not None):
+        return None
+    if kind == "call":
+        action = env.get("action")
+        if action == "ask" or (action == "send" and env.get("replyTo") is None):
+            return _for_target(state, session, env.get("to"))
+        return None
+    if kind == "sends":
+        return _for_target(state, session, env.get("to"))
+    if kind == "supervisor":
+        parent = state.registry.by_id.get(session.parent_id or "")
+        return Forward(parent.broker, parent.name) \
+            if parent is not None and parent.broker is not None else None
+    if kind == "workflow":
+        return _for_run(state, env.get("runId"))
+    if kind == "hello" and env.get("sessionKind") == STAGE and env.get("stage").__class__ is str:
+        run_id = ownership.path_run(env["stage"])
+        return Park(run_id) if ownership.orphaned(state, run_id) else None
+    return None
+
+
+def carry_out(state: State, session: Session | None, identity: bytes, where: Placement,
+              env: dict, ids: list, now: float) -> None:
+    """Do what :func:`place` decided for ``env`` (request ids ``ids``)."""
+    if isinstance(where, Forward):
+        hand(state, session, where.broker_id, where.name, env, ids, again=where.again)
+        return
+    try:
+        ownership.hold(state, where.run_id, now, identity, env)
+    except BusError as error:         # too many waiting: these are refused
+        for request_id in ids:
+            if request_id.__class__ is str:
+                state.answer(identity, request_id, error)
+
+
+def _for_target(state: State, session: Session, to: object) -> Placement:
+    if to.__class__ is not str:
+        return None
+    if looks_like_path(to):
+        broker_id = run_owner(state, to)
+        if broker_id is not None:
+            return Forward(broker_id, to, again=True)
+        run_id = ownership.path_run(to)
+        return Park(run_id) if ownership.orphaned(state, run_id) else None
+    try:
+        target = resolve_target(state, session, to)
+    except BusError as error:
+        holder = ownership.holder_of(state, session, to) \
+            if error.code == "target_not_found" and state.cluster.foreign_subagents else None
+        # A subagent of another broker's dormant run: that broker holds sends for it.
+        return Forward(holder, to) if holder is not None else None
+    return Forward(target.broker, target.name) if target.broker is not None else None
+
+
+def _for_run(state: State, run_id: object) -> Placement:
+    if run_id.__class__ is not str or run_id in state.runs:
+        return None
+    peer = ownership.owner(state, run_id)
+    if peer is not None:
+        return Forward(peer.broker_id, f"workflow:{run_id}", again=True)
+    return Park(run_id) if ownership.orphaned(state, run_id) else None

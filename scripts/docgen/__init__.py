@@ -1,0 +1,1 @@
+"""The generators of PROTOCOL.md's and docs/'s generated sections (see ``sections``)."""
