@@ -39,13 +39,14 @@ from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, 
                                         LeaseRenewed, Record, RecoveryDeleted, RecoverySaved,
                                         RunEnded, RunSaved, SessionClaimed, SessionReleased,
                                         Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                                        StickyKept, StickyRow, StickySaved)
+                                        StickyKept, StickySaved)
 from broker.store import (FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, UNAVAILABLE,
                           SchemaError, StoreOpenError, named_ids, writers_of)
 from broker.store import postgres_schema as sql
 from broker.store.postgres_connection import (UNAVAILABLE_ERRORS, Connection, lock_key,
                                               open_connection)
 from broker.store.postgres_problems import open_problem
+from broker.store.postgres_sticky import StickyBurst, sticky_row
 from broker.store.sql_shared import fields_by_name, pack as _pack, read_runs, unpack as _unpack
 from broker.store.urls import split_url
 
@@ -66,12 +67,6 @@ def connect(url: str, schema: str | None = None) -> PostgresStore:
         raise StoreOpenError(open_problem(url, exc)) from None
 
 
-def _sticky_row(row: dict[str, Any]) -> StickyRow:
-    answered = row.pop("delivered_to")
-    entry = StickySaved(**{**row, "attachments": _unpack(row["attachments"])})
-    return StickyRow(entry, [] if answered is None else _unpack(answered))
-
-
 class PostgresStore:
     """One connection (opened again after a loss) and a writer per record type."""
 
@@ -82,6 +77,7 @@ class PostgresStore:
         self._writers = writers_of(self)
         self._cursor: psycopg.Cursor | None = None     # the current batch's shared cursor
         self._committing = False                       # the current batch's COMMIT is sent
+        self._burst: StickyBurst | None = None         # its entries not sent yet
 
     @classmethod
     def open(cls, url: str, schema: str | None = None, *,
@@ -131,6 +127,7 @@ class PostgresStore:
 
     def _apply_on(self, conn: psycopg.Connection, records: Sequence[Record]) -> list[Record]:
         self._committing = False
+        self._burst = None
         try:
             with conn.transaction(), conn.pipeline() as pipeline:
                 self._cursor = conn.cursor()
@@ -143,6 +140,7 @@ class PostgresStore:
                     later = writer(record)
                     if later is not None:
                         deferred.append((record, later))
+                self._send_burst()
                 pipeline.sync()
                 refused = []
                 for record, later in deferred:
@@ -155,6 +153,12 @@ class PostgresStore:
             return refused
         finally:
             self._cursor = None
+
+    def _send_burst(self) -> None:
+        """Send the entries saved since the last other statement (see postgres_sticky)."""
+        if self._burst is not None:
+            burst, self._burst = self._burst, None
+            burst.send(self._cursor.connection)
 
     def _forget_if_broken(self, conn: psycopg.Connection) -> bool:
         """Drop ``conn`` when the failure broke it (the next use opens another); whether it did."""
@@ -235,11 +239,13 @@ class PostgresStore:
 
     def _run(self, params: dict[str, Any], *statements: str) -> None:
         """Send ``statements`` into the pipeline, in order, each bound to ``params``."""
+        self._send_burst()
         for statement in statements:
             self._cursor.execute(statement, params)
 
     def _ask(self, statement: str, params: dict[str, Any]) -> psycopg.Cursor:
         """Send ``statement`` on a cursor of its own, whose answer is read after the sync."""
+        self._send_burst()
         cursor = self._cursor.connection.cursor()
         cursor.execute(statement, params)
         return cursor
@@ -269,19 +275,10 @@ class PostgresStore:
                   sql.DELETE_RUN)
 
     def save_sticky(self, record: StickySaved) -> Deferred:
-        cursor = self._ask(sql.SAVE_STICKY, fields_by_name(
-            record, attachments=_pack(record.attachments), ack=bool(record.ack),
-            not_in_known_set=bool(record.not_in_known_set)))
-
-        def outcome() -> StickyKept | None:
-            inserted, seq_taken, *kept = cursor.fetchone()
-            if inserted is not None:
-                return None
-            if seq_taken:
-                raise ValueError(f"sticky entry {record.seq} is already stored")
-            names = [column.name for column in cursor.description][2:]
-            return StickyKept(record, _sticky_row(dict(zip(names, kept))))
-        return outcome
+        if self._burst is None:
+            self._burst = StickyBurst()       # sent when another statement or the sync comes
+        burst, index = self._burst, self._burst.add(record)
+        return lambda: burst.outcome(index)
 
     def answer_sticky(self, record: StickyAnswered) -> None:
         self._run(fields_by_name(record, delivered_to=_pack(record.delivered_to)),
@@ -349,7 +346,7 @@ def _runs(cur: psycopg.Cursor, run_ids: list[str], everything: bool = False
     """The runs ``run_ids``, their sticky entries and delivery states (``everything``:
     every delivery state, even one whose entry is gone)."""
     return read_runs(lambda statement, params: _rows(cur, statement, params), sql, run_ids,
-                     bool(run_ids), everything, _sticky_row)
+                     bool(run_ids), everything, sticky_row)
 
 
 def _prepare_schema(conn: psycopg.Connection, schema: str) -> None:

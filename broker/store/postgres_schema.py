@@ -138,24 +138,35 @@ DELETE FROM sticky_delivery WHERE seq IN (SELECT seq FROM sticky WHERE run_id = 
 """
 DELETE_RUN_ENTRIES = "DELETE FROM sticky WHERE run_id = %(run_id)s"
 DELETE_RUN = "DELETE FROM runs WHERE run_id = %(run_id)s"
-# One row always: ``inserted`` is the new entry's seq, or NULL when its request is an
-# entry already, whose columns follow (read in the statement's snapshot: the entry as
-# kept before), with whether this seq is stored too (a broker bug: the batch fails).
-SAVE_STICKY = """
-WITH inserted AS (
-    INSERT INTO sticky (seq, run_id, target, sender_id, sender_name, message_id, message,
-                        attachments, sent_at, ack, position, not_in_known_set)
-    VALUES (%(seq)s, %(run_id)s, %(target)s, %(sender_id)s, %(sender_name)s, %(message_id)s,
-            %(message)s, %(attachments)s, %(sent_at)s, %(ack)s, %(position)s, %(not_in_known_set)s)
-    ON CONFLICT (sender_id, message_id) DO NOTHING
-    RETURNING seq)
-SELECT outcome.inserted, EXISTS (SELECT 1 FROM sticky WHERE seq = %(seq)s) AS seq_taken,
+# Consecutive entries of a batch go in two statements, whatever their number (arrays,
+# one element per entry, in batch order): the insert, where an entry whose request is
+# stored already (or was earlier in the same arrays) is not written; then, for each
+# entry whose request another seq holds, that entry as kept, and whether this seq is
+# stored too (a broker bug: the batch fails).
+INSERT_STICKY_MANY = """
+INSERT INTO sticky (seq, run_id, target, sender_id, sender_name, message_id, message,
+                    attachments, sent_at, ack, position, not_in_known_set)
+SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments, sent_at,
+       ack, position, not_in_known_set
+FROM unnest(%(seq)s::bigint[], %(run_id)s::text[], %(target)s::text[], %(sender_id)s::text[],
+            %(sender_name)s::text[], %(message_id)s::text[], %(message)s::text[],
+            %(attachments)s::bytea[], %(sent_at)s::float8[], %(ack)s::boolean[],
+            %(position)s::integer[], %(not_in_known_set)s::boolean[])
+     WITH ORDINALITY AS entry(seq, run_id, target, sender_id, sender_name, message_id, message,
+                              attachments, sent_at, ack, position, not_in_known_set, ord)
+ORDER BY ord
+ON CONFLICT (sender_id, message_id) DO NOTHING
+RETURNING seq
+"""
+KEPT_STICKY_MANY = """
+SELECT entry.ord, EXISTS (SELECT 1 FROM sticky WHERE seq = entry.seq) AS seq_taken,
        kept.seq, kept.run_id, kept.target, kept.sender_id, kept.sender_name, kept.message_id,
        kept.message, kept.attachments, kept.sent_at, kept.ack, kept.position,
        kept.not_in_known_set, kept.delivered_to
-FROM (SELECT (SELECT seq FROM inserted) AS inserted) AS outcome
-LEFT JOIN sticky AS kept ON outcome.inserted IS NULL
-    AND kept.sender_id = %(sender_id)s AND kept.message_id = %(message_id)s
+FROM unnest(%(seq)s::bigint[], %(sender_id)s::text[], %(message_id)s::text[])
+     WITH ORDINALITY AS entry(seq, sender_id, message_id, ord)
+JOIN sticky AS kept ON kept.sender_id = entry.sender_id AND kept.message_id = entry.message_id
+    AND kept.seq <> entry.seq
 """
 ANSWER_STICKY = "UPDATE sticky SET delivered_to = %(delivered_to)s WHERE seq = %(seq)s"
 UPSERT_DELIVERY = """

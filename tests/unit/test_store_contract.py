@@ -279,7 +279,9 @@ def emptied_postgres(postgres_server):
     postgres_server.give_back(schema)
 
 
-# Fewer examples: each one commits a few transactions on a real server (fsync on).
+# Fewer examples: each one commits a few transactions on a real server (fsync on); a
+# few seconds of work that a loaded host may stretch well past the default timeout.
+@pytest.mark.timeout(240)
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(history=_histories)
