@@ -36,11 +36,11 @@ failed, with the error text and the error code their waiters get (see
 :meth:`broker.store.Store.failure_code`), and the worker keeps serving: nothing waits forever
 and nothing is claimed kept that was not.
 
-While the store is unavailable (a lock held by another process, a full disk), the
-records nobody waits for (identities, leases, delivery states) are retained, not
-dropped: they are written, in their order and before anything newer, by the next
-batch or by a retry every :data:`RETRY_S` seconds, so the broker catches up by itself
-once the file is usable again. A retry that fails for a reason of the records
+While the store is unavailable (a lock held by another process, a full disk, a database
+server gone), the records nobody waits for (identities, leases, delivery states) are
+retained, not dropped: they are written, in their order and before anything newer, by
+the next batch or by a retry every :data:`RETRY_S` seconds, so the broker catches up
+by itself once the database is usable again. A retry that fails for a reason of the records
 themselves drops them (they would fail every batch after). At most
 :data:`RETAIN_LIMIT` records are retained (the oldest go first, counted as lost), and
 a lease renewal replaces the renewal retained before it.

@@ -355,10 +355,15 @@ def _prepare_schema(conn: psycopg.Connection, schema: str) -> None:
     Raises SchemaError for a schema a newer broker wrote."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key(f"{sql.MIGRATION_LOCK}:{schema}")])
-        conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
-        conn.execute(sql.META)
-        row = conn.execute(sql.SCHEMA_VERSION_READ).fetchone()
-        version = None if row is None else int(row[0])
+        # Looked up first: a user who may not create a schema may still use one made for it.
+        if conn.execute(sql.SCHEMA_EXISTS, [schema]).fetchone() is None:
+            conn.execute(pgsql.SQL("CREATE SCHEMA {}").format(pgsql.Identifier(schema)))
+        if conn.execute(sql.META_EXISTS).fetchone()[0] is None:
+            conn.execute(sql.META)
+            version = None
+        else:
+            row = conn.execute(sql.SCHEMA_VERSION_READ).fetchone()
+            version = None if row is None else int(row[0])
         if version is None:
             conn.execute(sql.TABLES)
         elif version > sql.SCHEMA_VERSION:
@@ -367,4 +372,5 @@ def _prepare_schema(conn: psycopg.Connection, schema: str) -> None:
         else:
             for step in range(version, sql.SCHEMA_VERSION):
                 conn.execute(sql.MIGRATIONS[step])
-        conn.execute(sql.SCHEMA_VERSION_WRITE, {"version": str(sql.SCHEMA_VERSION)})
+        if version != sql.SCHEMA_VERSION:
+            conn.execute(sql.SCHEMA_VERSION_WRITE, {"version": str(sql.SCHEMA_VERSION)})

@@ -23,7 +23,9 @@ SCHEMA_VERSION = 1
 # key is derived from this text and the schema name (see broker.store.postgres).
 MIGRATION_LOCK = "intercom-bus schema migration"
 
-META = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+SCHEMA_EXISTS = "SELECT 1 FROM pg_namespace WHERE nspname = %s"
+META_EXISTS = "SELECT to_regclass('meta')"
+META = "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 SCHEMA_VERSION_READ = "SELECT value FROM meta WHERE key = 'schema_version'"
 SCHEMA_VERSION_WRITE = """
 INSERT INTO meta (key, value) VALUES ('schema_version', %(version)s)
