@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from .logs import configure, get_logger
 from .curve import create_keys
 from .server import Broker, BrokerSettings, StartupError
 from .startup import remove_pid_file, write_pid_file
+from broker.store.urls import is_postgres
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -28,7 +30,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "ipc://<data-dir>/broker.sock)")
     parser.add_argument("--pub-endpoint", help="PUB endpoint for presence (default "
                         "$INTERCOM_PUB_ENDPOINT or ipc://<data-dir>/presence.sock)")
-    parser.add_argument("--db", type=Path, help="SQLite database (default <data-dir>/intercom.db)")
+    parser.add_argument("--db", help="the database: a SQLite file, or postgresql://USER@HOST:PORT/DB "
+                        "for brokers on several hosts (default $INTERCOM_DB, the config file's "
+                        "db, else <data-dir>/intercom.db)")
+    parser.add_argument("--db-schema", metavar="NAME", help="PostgreSQL: the bus's schema in the "
+                        "database, one per bus (default the URL's ?schema=, else intercom)")
+    parser.add_argument("--advertise", metavar="tcp://HOST:PORT", help="the endpoint other brokers "
+                        "and redirected clients reach this one at (default: --endpoint, unless "
+                        "it binds a wildcard)")
     parser.add_argument("--config", type=Path, help="intercom config.json (default "
                         "~/.atomic/agent/intercom/config.json, then ~/.pi/agent/intercom/config.json)")
     parser.add_argument("--log-level", default="info",
@@ -39,7 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--insecure", action="store_true",
                         help="allow a TCP endpoint beyond loopback without CURVE (logged, shown in status)")
     parser.add_argument("--sync", default="FULL", choices=["FULL", "NORMAL"],
-                        help="SQLite synchronous mode (FULL survives power loss too)")
+                        help="SQLite synchronous mode (FULL survives power loss too); PostgreSQL "
+                        "commits as its server's synchronous_commit says")
     parser.add_argument("--lease-s", type=_positive_float, default=LEASE_S, metavar="SECONDS",
                         help="the lease of this broker's row in the database and of host "
                         f"sessions (default {LEASE_S:g}); the two flags below override one each")
@@ -100,6 +110,15 @@ def limits_from(args: argparse.Namespace, config) -> Limits:
                   host_lease_s=args.host_lease_s or args.lease_s, **chosen)
 
 
+def database_from(args: argparse.Namespace, config, base: Path) -> Path | str:
+    """The database in force: --db beats $INTERCOM_DB, which beats the config file's
+    ``db``, which beats <data-dir>/intercom.db. A PostgreSQL URL stays text."""
+    chosen = args.db or os.environ.get("INTERCOM_DB") or config.db
+    if chosen is None:
+        return database_path(base)
+    return chosen if is_postgres(chosen) else Path(chosen).expanduser()
+
+
 def refuse(problem: str) -> int:
     """Report a start that cannot happen: one plain line a person can act on (no
     traceback, no log record to parse) and exit status 2."""
@@ -144,10 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     config, problem = load_config(args.config)
     if problem:
         log.error("config_rejected", error=problem)
+    db = database_from(args, config, base)
+    if args.db_schema and not is_postgres(db):
+        return refuse(f"--db-schema names a PostgreSQL schema, but the database is the SQLite "
+                      f"file {db}; pass a postgresql:// --db, or drop --db-schema")
     settings = BrokerSettings(
         endpoint=args.endpoint or router_endpoint(base=base),
         pub_endpoint=args.pub_endpoint or pub_endpoint(base=base),
-        db_path=args.db or database_path(base),
+        db_path=db,
+        db_schema=args.db_schema,
+        advertise=args.advertise,
         limits=limits_from(args, config),
         synchronous=args.sync,
         curve_dir=args.curve.expanduser() if args.curve else None,

@@ -33,14 +33,14 @@ brokers to link to, and whose CURVE keys to allow; after a batch holding
 :class:`~broker.core.kernel.commands.ReadJobs` (a read, not a record) it lists those
 conversations' queued jobs (``jobs``, as records' fields). A failed transaction reports the same tickets
 failed, with the error text and the error code their waiters get (see
-:func:`broker.store.failure_code`), and the worker keeps serving: nothing waits forever
+:meth:`broker.store.Store.failure_code`), and the worker keeps serving: nothing waits forever
 and nothing is claimed kept that was not.
 
-While the store is unavailable (a lock held by another process, a full disk), the
-records nobody waits for (identities, leases, delivery states) are retained, not
-dropped: they are written, in their order and before anything newer, by the next
-batch or by a retry every :data:`RETRY_S` seconds, so the broker catches up by itself
-once the file is usable again. A retry that fails for a reason of the records
+While the store is unavailable (a lock held by another process, a full disk, a database
+server gone), the records nobody waits for (identities, leases, delivery states) are
+retained, not dropped: they are written, in their order and before anything newer, by
+the next batch or by a retry every :data:`RETRY_S` seconds, so the broker catches up
+by itself once the database is usable again. A retry that fails for a reason of the records
 themselves drops them (they would fail every batch after). At most
 :data:`RETAIN_LIMIT` records are retained (the oldest go first, counted as lost), and
 a lease renewal replaces the renewal retained before it.
@@ -86,9 +86,9 @@ import msgpack
 import zmq
 
 from broker.core.kernel.commands import AdoptRuns, ReadJobs
-from broker.core.kernel.records import LeaseRenewed, Record, Snapshot, StickyKept, Store, refusal_code
+from broker.core.kernel.records import LeaseRenewed, Record, Snapshot, StickyKept, refusal_code
+from broker.store import UNAVAILABLE, Store
 from .commit_times import CommitTimes
-from .store import failure_code
 
 _WAKE = b"\x01"
 _STOP = None                 # in the inbox: the last item, once stop() is called
@@ -98,7 +98,6 @@ _NOBLOCK = int(zmq.NOBLOCK)
 
 RETRY_S = 1.0                # how often retained records are retried while idle
 RETAIN_LIMIT = 50_000        # retained records at most; past it the oldest are lost
-UNAVAILABLE = "store_unavailable"
 
 Batch = list[tuple[int | None, Record]]
 READ_BROKERS = "read-brokers"   # in a batch: report the live brokers' rows (no write)
@@ -278,7 +277,7 @@ class PersistenceWorker:
             else:
                 self.commit_times.record(time.perf_counter() - started)
         if error is not None:
-            code = failure_code(error)
+            code = self.store.failure_code(error)
             if code == UNAVAILABLE:
                 self._retain([record for ticket, record in items
                               if ticket is None and record is not READ_BROKERS
@@ -339,7 +338,7 @@ class PersistenceWorker:
         try:
             self.store.apply(retained)
         except Exception as exc:
-            if failure_code(exc) == UNAVAILABLE:
+            if self.store.failure_code(exc) == UNAVAILABLE:
                 return exc
             self._lost += len(retained)
         else:

@@ -37,8 +37,11 @@ from .link_sockets import LinkSockets
 from .logs import get_logger
 from .observe import Observer
 from .persistence import READ_BROKERS, PersistenceWorker
-from .startup import StartupError, bind, check_exposure, lock_ipc, own_database
-from .store import StoreOpenError, open_store
+from .startup import (StartupError, advertised_endpoint, bind, check_exposure, lock_ipc,
+                      own_database)
+from broker.store import StoreOpenError
+from broker.store.opening import open_store
+from broker.store.urls import database_name, is_postgres
 
 DRAIN_LIMIT = 512
 # A link frame may carry a delivery as large as any frame the broker sends a client.
@@ -79,9 +82,11 @@ def peer_of(frame: zmq.Frame, tcp: bool) -> tuple[str, bool]:
 class BrokerSettings:
     endpoint: str
     pub_endpoint: str
-    db_path: Path
+    db_path: Path | str                # a SQLite file, or a postgresql:// URL
     limits: Limits = Limits()
-    synchronous: str = "FULL"
+    synchronous: str = "FULL"          # SQLite's synchronous mode
+    db_schema: str | None = None       # PostgreSQL: the bus's schema (else the URL's, else intercom)
+    advertise: str | None = None       # the endpoint other brokers and redirected clients use
     curve_dir: Path | None = None      # CURVE keys (python -m broker keys); None: no CURVE
     insecure: bool = False             # allow a non-loopback TCP bind without CURVE
     broker_lease_s: float = LEASE_S    # this broker's lease row; renewed every third of it
@@ -91,7 +96,7 @@ class BrokerSettings:
 
     @property
     def agents_dir(self) -> Path:
-        return (self.data_dir or self.db_path.parent) / "agents"
+        return (self.data_dir or Path(self.db_path).parent) / "agents"
 
 
 class Broker:
@@ -119,12 +124,13 @@ class Broker:
                 self.curve_public = self.curve.public.decode()
             self.links = LinkSockets(self.ctx, self.curve)   # DEALERs to the other brokers
             check_exposure(settings, self.curve is not None, self.warnings)
+            self.endpoint = advertised_endpoint(settings, self.warnings)
             self._locks += [fd for fd in (lock_ipc(settings.endpoint), lock_ipc(settings.pub_endpoint))
                             if fd is not None]
             snapshot = self._open_store()
             self.engine = Engine(broker_id=self.broker_id, limits=settings.limits,
                                  warnings=self.warnings, pub_endpoint=settings.pub_endpoint,
-                                 endpoint=settings.endpoint, lease_s=settings.broker_lease_s,
+                                 endpoint=self.endpoint, lease_s=settings.broker_lease_s,
                                  curve_public=self.curve_public)
             restored = self.engine.restore(snapshot, time.time())
             self._load_agents()
@@ -151,14 +157,16 @@ class Broker:
     # -- setup -------------------------------------------------------------------------
 
     def _open_store(self) -> Snapshot:
-        """Open the database and read it, before any socket is bound: a file that is
-        locked, read-only, corrupt or truncated stops the start with one line; its
+        """Open the database and read it, before any socket is bound: a database that
+        cannot be used (a SQLite file locked, read-only, corrupt or truncated; a
+        PostgreSQL server down or refusing) stops the start with one line; SQLite's
         files are made owner-only first (see :func:`~broker.startup.own_database`),
         and said so once the start goes on (a refused start stays one line)."""
-        notes = own_database(self.settings.db_path, self.settings.insecure, self.warnings)
+        db = self.settings.db_path
+        notes = [] if is_postgres(db) else own_database(db, self.settings.insecure, self.warnings)
         try:
-            self.store, snapshot = open_store(self.settings.db_path, self.settings.synchronous,
-                                                owner=self.broker_id, endpoint=self.settings.endpoint)
+            self.store, snapshot = open_store(db, self.settings.synchronous, owner=self.broker_id,
+                                              endpoint=self.endpoint, schema=self.settings.db_schema)
         except StoreOpenError as exc:
             raise StartupError(str(exc)) from None
         for note in notes:
@@ -195,7 +203,8 @@ class Broker:
         for warning in self.warnings:
             self.log.warning("broker_insecure", warning=warning)
         self.log.info("broker_started", endpoint=self.settings.endpoint,
-                      pub_endpoint=self.settings.pub_endpoint, db=str(self.settings.db_path),
+                      pub_endpoint=self.settings.pub_endpoint, advertised=self.endpoint,
+                      db=database_name(self.settings.db_path),
                       broker_id=self.broker_id, pid=os.getpid())
         last_tick = 0.0
         gc.collect()
@@ -397,7 +406,7 @@ class Broker:
             elif kind is RenewLease:
                 # Leases are read by other processes, so they are wall-clock times.
                 writes.append((None, LeaseRenewed(self.broker_id, os.getpid(),
-                                                  self.settings.endpoint, self._started_wall,
+                                                  self.endpoint, self._started_wall,
                                                   time.time() + command.lease_s,
                                                   self.curve_public)))
                 self._handshakes_due = True

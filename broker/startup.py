@@ -95,10 +95,34 @@ def own_database(path: Path, insecure: bool, warnings: list[str]) -> list[str]:
     return notes
 
 
+def advertised_endpoint(settings, warnings: list[str]) -> str:
+    """The ROUTER endpoint other brokers and redirected clients are told (in the lease
+    row, link hellos and redirects): ``--advertise``, else the bind. A wildcard bind
+    advertised as it is reaches nobody on another host: a warning says so.
+
+    Raises StartupError for an advertised endpoint a client could not connect to."""
+    if settings.advertise:
+        why = endpoint_problem(settings.advertise)
+        if why is not None:
+            raise StartupError(f"cannot advertise {settings.advertise!r}: {why}")
+        return settings.advertise
+    host = settings.endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]") \
+        if settings.endpoint.startswith("tcp://") else ""
+    if host in WILDCARD_HOSTS:
+        warnings.append(f"{settings.endpoint} binds every address, so brokers on other hosts "
+                        "and redirected clients cannot reach it by that name; pass "
+                        "--advertise tcp://HOST:PORT")
+    return settings.endpoint
+
+
+WILDCARD_HOSTS = ("*", "0.0.0.0", "::")
+
+
 def check_exposure(settings, curve: bool, warnings: list[str]) -> None:
-    """A bind beyond loopback needs CURVE, or the operator's explicit --insecure (then
-    a warning is added to ``warnings``)."""
-    open_to = [e for e in (settings.endpoint, settings.pub_endpoint) if exposed(e)]
+    """A bind beyond loopback, or an advertised endpoint beyond it, needs CURVE, or the
+    operator's explicit --insecure (then a warning is added to ``warnings``)."""
+    open_to = [e for e in (settings.endpoint, settings.pub_endpoint, settings.advertise)
+               if e and exposed(e)]
     if not open_to or curve:
         return
     if not settings.insecure:

@@ -50,6 +50,9 @@ class Config:
     maxStickyBytes: int = BY_FIELD["max_sticky_bytes"].default
     maxGroups: int = BY_FIELD["max_groups"].default
     maxConversations: int = BY_FIELD["max_conversations"].default
+    # The broker's database: a SQLite path or a postgresql:// URL (--db and $INTERCOM_DB
+    # win over it); a client ignores it.
+    db: str | None = None
 
 
 DEFAULT_CONFIG = Config()
@@ -89,6 +92,10 @@ def _optional_string(value: object) -> str | None:
     return _need(value is None or isinstance(value, str), value)
 
 
+def _optional_text(value: object) -> str | None:
+    return _need(value is None or (isinstance(value, str) and bool(value.strip())), value)
+
+
 def _group(value: object) -> str:
     name = value.strip() if isinstance(value, str) else ""
     return _need(0 < len(name) <= MAX_GROUP_CHARS and name.lower() not in RESERVED_GROUPS, name)
@@ -121,6 +128,7 @@ _CHECKS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "maxPendingAsks": ("an integer >= 1", _positive_int),
     "askTimeout": ("a number of seconds > 0", _positive_seconds),
     **{bound.config: ("an integer >= 1", _positive_int) for bound in BOUNDS},
+    "db": ("a SQLite file path or a postgresql:// URL, or null", _optional_text),
 }
 
 CONFIG_FIELDS: dict[str, FieldSpec] = {

@@ -38,9 +38,11 @@ from tests.integration.multi_broker import wait_until as wait  # noqa: E402
 MAX_STICKY = 45        # under the 50-entry cap of one stage's queue
 
 
-def one_round(seconds_after: float) -> dict:
+def one_round(seconds_after: float, db: str | None = None) -> dict:
+    """One kill -9 of broker A; ``db``: the brokers' database (default a SQLite file
+    in a tmp dir; a postgresql:// URL for the PostgreSQL store)."""
     root = Path(tempfile.mkdtemp(prefix="ic-fo-", dir="/tmp"))
-    db = str(root / "bus.db")
+    db = db or str(root / "bus.db")
     a = TmpBroker.start("--db", db, "--broker-lease-s", "3")
     b = TmpBroker.start("--db", db, "--broker-lease-s", "3")
     both = [a.endpoint, b.endpoint]

@@ -77,6 +77,42 @@ def start_broker(data_dir: Path, *extra: str, env: dict | None = None,
     return BrokerProcess(proc, data_dir, endpoint, pub, data_dir / "intercom.db", log)
 
 
+def _serving_postgres():
+    """A new PostgreSQL server (see tests.postgres_server); a machine that cannot run one
+    fails the test that asked, saying what is missing."""
+    from tests.postgres_server import PostgresMissing, start_server
+    try:
+        return start_server()
+    except PostgresMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory, worker_id):
+    """The run's throwaway PostgreSQL server, shared by its xdist workers; each test
+    takes a schema of its own (``schema_url()``, ``take_schema()``). Never stop it:
+    tests that do take ``own_postgres``."""
+    if worker_id == "master":
+        server = _serving_postgres()
+        yield server
+        server.destroy()
+        return
+    from tests.postgres_server import PostgresMissing, shared_server
+    try:
+        with shared_server(tmp_path_factory.getbasetemp().parent) as server:
+            yield server
+    except PostgresMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def own_postgres():
+    """A PostgreSQL server for this test alone, which it may stop, kill and restart."""
+    server = _serving_postgres()
+    yield server
+    server.destroy()
+
+
 @pytest.fixture
 def short_tmp():
     """A short directory under /tmp: ipc paths must stay under ~100 characters."""

@@ -239,14 +239,14 @@ def role_raw_apsw_insert(path: str, count: int, sync: str, size: int) -> None:
     import apsw
     import msgpack
 
-    from broker.store_sql import _SCHEMA
+    from broker.store.sqlite_schema import SCHEMA
 
     conn = apsw.Connection(path)
     conn.setbusytimeout(5000)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={sync}")
     with conn:
-        conn.execute(_SCHEMA)
+        conn.execute(SCHEMA)
     text = "x" * size
     sender = str(uuid.uuid4())
     rows = [(i + 1, "bench-raw", f"workflow:bench-raw/s{i // 50}", sender,

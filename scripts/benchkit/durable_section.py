@@ -71,12 +71,17 @@ def measure_raw_apsw(h: Harness, cfg: Config, sync: str) -> dict:
 
 
 def measure_durable(h: Harness, broker: Proc, ep: Endpoints, n_senders: int, cfg: Config,
-                    run_rows: int = 0) -> dict:
+                    run_rows: int = 0, routers: list[str] | None = None) -> dict:
+    """``n_senders`` sender processes on ``ep`` (or, given ``routers``, sender k on
+    ``routers[k % len(routers)]``: brokers sharing one database); the broker CPU
+    figure is ``broker``'s alone."""
     senders: list[Proc] = []
+    routers = routers or [ep.router]
     try:
-        for warm, count in zip(split_evenly(cfg.durable_warm, n_senders),
-                               split_evenly(cfg.durable_count, n_senders)):
-            senders.append(h.spawn_role("bus_durable_sender", endpoint=ep.router, count=count,
+        for k, (warm, count) in enumerate(zip(split_evenly(cfg.durable_warm, n_senders),
+                                              split_evenly(cfg.durable_count, n_senders))):
+            senders.append(h.spawn_role("bus_durable_sender", endpoint=routers[k % len(routers)],
+                                        count=count,
                                         warm=warm, window=cfg.durable_window,
                                         size=MESSAGE_BYTES, run_rows=run_rows))
         for s in senders:

@@ -220,6 +220,13 @@ class LineReader:
 
 # -- fixtures --------------------------------------------------------------------------
 
+@pytest.fixture
+def store_kind() -> str:
+    """The store a test's brokers use; tests marked on_both_stores (see multi_broker.py)
+    are parametrized over sqlite and postgres."""
+    return "sqlite"
+
+
 @pytest.fixture(autouse=True)
 def isolated_client_env(monkeypatch, tmp_path_factory):
     """Sessions opened in this process read no real config file and no group variable."""

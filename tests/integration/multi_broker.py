@@ -1,25 +1,42 @@
-"""Helpers for the tests of several brokers on one database: real processes, one file."""
+"""Helpers for the tests of several brokers on one database: real processes, one SQLite
+file or one PostgreSQL schema (the tests marked :data:`on_both_stores` run on each)."""
 
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Callable
+
+import pytest
 
 from tests.conftest import BrokerProcess, start_broker
 from tests.integration.conftest import make_tmp
 
 LEASE_S = "3"          # a short broker lease: an expiry shows within a few seconds
 
+# For the tests that matter most across hosts: run them on PostgreSQL too (the others
+# run on SQLite alone, the store_kind fixture's default).
+on_both_stores = pytest.mark.parametrize("store_kind", ["sqlite", "postgres"])
+
+
+def database_for(store_kind: str, request) -> str | None:
+    """The database a test's brokers share: a new schema on the run's PostgreSQL server
+    for ``postgres``, else None (a SQLite file of the cluster's own)."""
+    if store_kind == "postgres":
+        return request.getfixturevalue("postgres_server").schema_url()
+    return None
+
 
 class Cluster:
-    """N broker processes sharing one SQLite file, each with its own data dir."""
+    """N broker processes sharing one database (a SQLite file in the cluster's
+    directory, or ``db``: a PostgreSQL URL), each with its own data dir."""
 
-    def __init__(self, count: int, *extra: str) -> None:
+    def __init__(self, count: int, *extra: str, db: str | None = None) -> None:
         self.root = make_tmp()
-        self.db = self.root / "shared.db"
+        self.db = db or self.root / "shared.db"
         self.extra = extra
         self.brokers: list[BrokerProcess] = []
         self.opened: list = []
@@ -51,6 +68,18 @@ class Cluster:
         for proc in self.brokers:
             proc.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def query(db: Path | str, statement: str) -> list[tuple]:
+    """The rows of ``statement`` read straight from a cluster's database, either kind."""
+    if isinstance(db, str):
+        import psycopg
+        from broker.store.urls import split_url
+        url, schema = split_url(db)
+        with psycopg.connect(url, options=f"-c search_path={schema}") as conn:
+            return conn.execute(statement).fetchall()
+    with sqlite3.connect(db) as conn:
+        return list(conn.execute(statement))
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str):

@@ -7,7 +7,6 @@ public Client API, and every wait is a reply or an event with a deadline.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 
 import msgpack
@@ -15,7 +14,7 @@ import pytest
 import zmq
 
 from .agent_helpers import configure_agent
-from .multi_broker import Cluster, others_live, wait_until
+from .multi_broker import Cluster, database_for, on_both_stores, others_live, query, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -24,8 +23,8 @@ WAIT_S = 15.0
 
 
 @pytest.fixture
-def two():
-    cluster = Cluster(0)
+def two(request, store_kind):
+    cluster = Cluster(0, db=database_for(store_kind, request))
     for index in range(2):
         data_dir = cluster.root / f"b{index}"
         data_dir.mkdir()
@@ -104,8 +103,7 @@ def none_of(session, name: str, seconds: float) -> list[dict]:
 
 
 def job_states(cluster: Cluster) -> dict[str, str]:
-    with sqlite3.connect(cluster.db) as db:
-        return dict(db.execute("SELECT id, state FROM invocations"))
+    return dict(query(cluster.db, "SELECT id, state FROM invocations"))
 
 
 # -- respond ------------------------------------------------------------------------
@@ -178,6 +176,7 @@ def test_a_job_for_an_offline_conversation_reaches_it_on_the_other_broker_exactl
     assert row_of(caller, "discord:2")["queuedInvocations"] == 0
 
 
+@on_both_stores
 def test_a_job_both_brokers_loaded_at_their_start_is_handed_over_by_one_only(two):
     caller, dest = split(two)
     dest.close()
@@ -196,6 +195,7 @@ def test_a_job_both_brokers_loaded_at_their_start_is_handed_over_by_one_only(two
     assert job_states(two) == {queued["id"]: "failed"}
 
 
+@on_both_stores
 def test_a_job_whose_broker_was_killed_reaches_its_destination_on_the_other_broker(two):
     caller, dest = split(two)
     dest.close()

@@ -18,7 +18,7 @@ import pytest
 
 from schemas.limits import CALL_TIMEOUT_S
 from schemas.protocol import envelope
-from tests.integration.multi_broker import Cluster, wait_until
+from tests.integration.multi_broker import Cluster, database_for, on_both_stores, wait_until
 from tests.integration.workflow_helpers import host_run, ok, path, start_stage, take
 
 pytestmark = pytest.mark.timeout(120)
@@ -29,8 +29,8 @@ FILLER_TEXT = "f" * 4096   # socket holds (32 frames and the kernel's buffers)
 
 
 @pytest.fixture
-def two():
-    cluster = Cluster(2)
+def two(request, store_kind):
+    cluster = Cluster(2, db=database_for(store_kind, request))
     yield cluster
     cluster.close()
 
@@ -65,6 +65,7 @@ def send_with_id(session, to: str, message: str, msg_id: str) -> dict:
     return future.result(CALL_TIMEOUT_S)
 
 
+@on_both_stores
 def test_sticky_sends_owed_answers_at_a_kill_9_of_the_senders_broker_are_queued_once(two):
     first, second = two.brokers
     host, run = host_run(lambda name: two.connect(1, name), [{"name": "plan"}])
@@ -121,6 +122,7 @@ def test_a_live_send_resent_after_a_failover_is_not_handed_to_the_receiver_twice
     assert receiver.inbox_statistics().duplicates_dropped == 1
 
 
+@on_both_stores
 def test_a_send_the_dead_owner_committed_is_not_queued_again_by_the_next_broker(two):
     """The run's own broker commits an entry and dies; its host resumes the run on the
     next broker, which never saw the entry, and the sender resends it there: the store

@@ -1,8 +1,9 @@
-"""Several broker processes on one SQLite file: leases, links, sessions across brokers.
+"""Several broker processes on one database: leases, links, sessions across brokers.
 
 Every test starts real brokers (``python -m broker --db <one file>``, each with its
 own data dir and ipc endpoints, a short ``--broker-lease-s``) and real clients, and
-waits on replies with deadlines.
+waits on replies with deadlines. The tests marked ``on_both_stores`` run on a
+PostgreSQL schema too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 import pytest
 
 from tests.integration.conftest import drain_events, summary, wait_for_event
-from tests.integration.multi_broker import Cluster, PubTail, others_live, sees, wait_until
+from tests.integration.multi_broker import (Cluster, PubTail, database_for, on_both_stores,
+                                            others_live, sees, wait_until)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -21,8 +23,8 @@ LIVENESS_S = 3.0
 
 
 @pytest.fixture
-def two():
-    cluster = Cluster(2)
+def two(request, store_kind):
+    cluster = Cluster(2, db=database_for(store_kind, request))
     yield cluster
     cluster.close()
 
@@ -45,6 +47,7 @@ def linked(cluster: Cluster, sessions: list, names: list[str], others: int) -> N
 
 # -- leases and status ---------------------------------------------------------------
 
+@on_both_stores
 def test_two_brokers_on_one_file_report_multi_node_and_one_other(two):
     a = two.connect(0, "alice")
     wait_until(lambda: others_live(a) == 1, 15, "the second broker counted")
@@ -116,6 +119,7 @@ def test_an_ambiguous_name_across_brokers_is_refused_naming_both(three):
     assert b1.id in refused["error"] and b2.id in refused["error"]
 
 
+@on_both_stores
 def test_send_across_brokers_is_delivered_once_and_answered_by_the_targets_broker(two):
     a = two.connect(0, "alice", group="team")
     b = two.connect(1, "bob", group="team")
@@ -288,6 +292,7 @@ def test_an_ask_fails_at_once_when_its_target_closes_on_the_other_broker(two):
 
 # -- clients fail over -----------------------------------------------------------------
 
+@on_both_stores
 def test_a_client_fails_over_to_the_next_broker_with_its_id_and_memberships(two):
     endpoints = [p.endpoint for p in two.brokers]
     a = two.connect(0, "alice", group="team")
@@ -324,6 +329,7 @@ def test_endpoint_lists_come_from_the_environment_as_comma_separated_text(two, m
 
 # -- one id, one live session, store-wide ------------------------------------------------
 
+@on_both_stores
 def test_simultaneous_reclaims_of_one_id_on_two_brokers_grant_it_to_exactly_one(two):
     from client import Client   # noqa: PLC0415
     watcher = two.connect(1, "watcher", group="team")

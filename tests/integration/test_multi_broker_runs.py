@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from client import Client
-from tests.integration.multi_broker import Cluster, others_live, wait_until
+from tests.integration.multi_broker import (Cluster, database_for, on_both_stores, others_live,
+                                            wait_until)
 from tests.integration.workflow_helpers import (assert_refused, host_run, path, queue, run_row,
                                                 send, start_stage, take)
 
@@ -19,8 +20,8 @@ HOST_LEASE_S = "2"
 
 
 @pytest.fixture
-def two():
-    cluster = Cluster(2, "--host-lease-s", HOST_LEASE_S)
+def two(request, store_kind):
+    cluster = Cluster(2, "--host-lease-s", HOST_LEASE_S, db=database_for(store_kind, request))
     yield cluster
     cluster.close()
 
@@ -76,6 +77,7 @@ def test_a_run_whose_host_left_still_queues_sends_from_another_broker(two):
     assert queue(bob, path(run, "plan"), "while dormant")["position"] == 3
 
 
+@on_both_stores
 def test_a_dead_brokers_runs_follow_their_host_and_lose_nothing_queued(two):
     endpoints = [b.endpoint for b in two.brokers]
     host, bob, run = linked_run(two, endpoints)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.multi_broker import Cluster, others_live, wait_until
+from tests.integration.multi_broker import (Cluster, database_for, on_both_stores, others_live,
+                                            wait_until)
 from tests.integration.workflow_helpers import host_run, path, queue, send, start_stage, take
 
 pytestmark = pytest.mark.timeout(90)
 
 
 @pytest.fixture
-def two():
-    cluster = Cluster(2)
+def two(request, store_kind):
+    cluster = Cluster(2, db=database_for(store_kind, request))
     yield cluster
     cluster.close()
 
@@ -55,6 +56,7 @@ def test_sends_from_another_broker_to_a_pending_stage_queue_once_in_one_fifo(two
     assert stage.receive(0.3) is None          # nothing twice
 
 
+@on_both_stores
 def test_the_cap_of_a_stage_queue_counts_sends_from_both_brokers(two):
     host, bob, run = hosted_on_first(two)
     target = path(run, "plan")
@@ -65,6 +67,7 @@ def test_the_cap_of_a_stage_queue_counts_sends_from_both_brokers(two):
     assert (refused["ok"], refused["code"]) == (False, "queue_full"), refused
 
 
+@on_both_stores
 def test_a_kill_9_of_the_runs_broker_loses_nothing_queued_from_the_other(two):
     host, bob, run = hosted_on_first(two)
     target = path(run, "plan")

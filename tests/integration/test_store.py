@@ -18,7 +18,7 @@ from broker.core.kernel.records import (LeaseReleased, LeaseRenewed, RunSaved, S
                                  StickyRow, StickySaved)
 from broker import persistence
 from broker.persistence import RETRY_S, PersistenceWorker
-from broker.store import BUSY_TIMEOUT_MS, SqliteStore
+from broker.store.sqlite import BUSY_TIMEOUT_MS, SqliteStore
 
 NOW = time.time()
 ME = "broker-me"

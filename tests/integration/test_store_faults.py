@@ -27,7 +27,7 @@ import apsw
 import pytest
 
 from broker.core.kernel.records import RunSaved
-from broker.store import SqliteStore
+from broker.store.sqlite import SqliteStore
 from schemas.errors import error_text
 from schemas.protocol import envelope
 from tests.conftest import start_broker

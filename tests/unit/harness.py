@@ -7,7 +7,7 @@ from typing import Any
 
 from broker.core import Engine, Limits, Persist, Publish, Send
 from broker.core.kernel.records import StickyKept, refusal_code
-from broker.memory_store import MemoryStore
+from broker.store.memory import MemoryStore
 from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
 

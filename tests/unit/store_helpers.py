@@ -1,5 +1,7 @@
 """Records and fixtures the store contract tests share: every test that takes
-``store`` or ``open_store`` runs against both SqliteStore and MemoryStore."""
+``store`` or ``open_store`` runs against each store: SqliteStore (a file in the test's
+tmp dir), PostgresStore (a schema of its own on this worker's real server) and
+MemoryStore."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from typing import Callable
 import pytest
 
 from broker.core.kernel.records import (ConversationSaved, IdentitySaved, InvocationSaved, LeaseRenewed,
-                                 RecoverySaved, StickySaved, Store)
-from broker.memory_store import MemoryStore
-from broker.store import SqliteStore
+                                 RecoverySaved, StickySaved)
+from broker.store import Store
+from broker.store.memory import MemoryStore
+from broker.store.sqlite import SqliteStore
 
 NOW = time.time()
 DAY = 86400.0
@@ -36,14 +39,24 @@ def lease(broker_id: str, until: float, started_at: float = NOW) -> LeaseRenewed
 OpenStore = Callable[..., Store]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+STORES = ["sqlite", "postgres", "memory"]
+
+
+@pytest.fixture(params=STORES)
 def open_store(request, tmp_path) -> OpenStore:
-    """Opens the store under test (keyword arguments go to its constructor)."""
+    """Opens the store under test (keyword arguments go to its constructor); each call
+    opens another, empty one."""
     opened: list[Store] = []
+    server = request.getfixturevalue("postgres_server") if request.param == "postgres" else None
+    schemas: list[str] = []
 
     def _open(**kwargs) -> Store:
         if request.param == "sqlite":
             store = SqliteStore(tmp_path / f"bus-{len(opened)}.db", **kwargs)
+        elif request.param == "postgres":
+            from broker.store.postgres import PostgresStore
+            schemas.append(server.take_schema())
+            store = PostgresStore.open(server.url(schema=schemas[-1]), **kwargs)
         else:
             store = MemoryStore(**kwargs)
         opened.append(store)
@@ -52,6 +65,8 @@ def open_store(request, tmp_path) -> OpenStore:
     yield _open
     for store in opened:
         store.close()
+    for schema in schemas:
+        server.give_back(schema)
 
 
 @pytest.fixture

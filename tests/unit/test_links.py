@@ -13,7 +13,7 @@ import itertools
 from broker.core import Engine, Send
 from broker.core.kernel.commands import LinkSend
 from broker.core.kernel.records import LeaseRenewed
-from broker.memory_store import MemoryStore
+from broker.store.memory import MemoryStore
 from schemas.protocol import envelope
 from tests.unit.harness import Bus, result_for, uuid_from
 

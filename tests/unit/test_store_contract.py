@@ -1,9 +1,10 @@
 """The Store contract: the same records in give the same Snapshot out, whichever store.
 
-Every test in the first part runs against both :class:`SqliteStore` (a real file in
-the test's tmp dir) and the reference :class:`MemoryStore`; a hypothesis test then
-feeds both random histories and compares them whole. The last part is SQLite's own:
-schema migration and refusals.
+Every test in the first part runs against each store: :class:`SqliteStore` (a real
+file in the test's tmp dir), :class:`PostgresStore` (a schema on a real server) and the
+reference :class:`MemoryStore`; a hypothesis test then feeds each database store and
+the memory store random histories and compares them whole. The last part is SQLite's
+own: schema migration and refusals.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from hypothesis import strategies as st
 from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
                                  InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed,
                                  RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, Snapshot,
-                                 StickyAnswered, StickyDelivery, StickyDropped, StickyRow,
-                                 StickySaved, Store)
-from broker.memory_store import FINISHED_KEEP_S, IDENTITY_KEEP_S, MemoryStore
-from broker.store import SCHEMA_VERSION, SchemaError, SqliteStore
+                                 StickyAnswered, StickyDelivery, StickyDropped, StickyKept,
+                                 StickyRow, StickySaved)
+from broker.store import FINISHED_KEEP_S, IDENTITY_KEEP_S, SchemaError, Store
+from broker.store.memory import MemoryStore
+from broker.store.sqlite import SCHEMA_VERSION, SqliteStore
 
 from .store_helpers import (DAY, NOW, conversation, draft_row, entry, identity, job,  # noqa: F401
                             open_store, store)
@@ -92,6 +94,17 @@ def test_a_sticky_entry_round_trips_every_field(store):
                   position=3, not_in_known_set=True, sent_at=NOW - 5)
     store.apply([saved])
     assert store.load().sticky == [StickyRow(saved, [])]
+
+
+def test_text_with_nul_characters_and_backslashes_round_trips(store):
+    # PostgreSQL text cannot hold NUL: its store escapes it, and the escape itself.
+    saved = entry(1, message="a\x00b\\0c\\", message_id="m\\1\x00")
+    store.apply([saved, job("j\x00", reason="why\\0\x00")])
+    snapshot = store.load()
+    assert snapshot.sticky == [StickyRow(saved, [])]
+    assert snapshot.invocations == [job("j\x00", reason="why\\0\x00")]
+    assert store.apply([entry(2, message_id="m\\1\x00")]) == [
+        StickyKept(entry(2, message_id="m\\1\x00"), StickyRow(saved, []))]
 
 
 def test_an_unanswered_entry_loads_with_an_empty_delivered_to(store):
@@ -221,20 +234,59 @@ def _outcome(store: Store, batch: list) -> bool:
     return True
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.lists(_records, max_size=5), min_size=1, max_size=6))
-def test_both_stores_give_the_same_snapshot_for_any_history(history):
-    sqlite, memory = SqliteStore(":memory:"), MemoryStore()
+def _same_as_memory(database: Store, history: list[list]) -> None:
+    """``history`` applied to ``database`` and to a MemoryStore gives the same outcomes,
+    snapshot and lease rows."""
+    memory = MemoryStore()
     try:
         for batch in history:
-            assert _outcome(sqlite, batch) == _outcome(memory, batch), batch
-        assert _without_key(sqlite.load()) == _without_key(memory.load())
+            assert _outcome(database, batch) == _outcome(memory, batch), batch
+        assert _without_key(database.load()) == _without_key(memory.load())
         for exclude in (None, "b1"):
-            assert sqlite.live_brokers(NOW, exclude) == memory.live_brokers(NOW, exclude)
-            assert sqlite.brokers(NOW, exclude) == memory.brokers(NOW, exclude)
+            assert database.live_brokers(NOW, exclude) == memory.live_brokers(NOW, exclude)
+            assert database.brokers(NOW, exclude) == memory.brokers(NOW, exclude)
+    finally:
+        memory.close()
+
+
+_histories = st.lists(st.lists(_records, max_size=5), min_size=1, max_size=6)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_histories)
+def test_sqlite_gives_the_memory_stores_snapshot_for_any_history(history):
+    sqlite = SqliteStore(":memory:")
+    try:
+        _same_as_memory(sqlite, history)
     finally:
         sqlite.close()
-        memory.close()
+
+
+@pytest.fixture
+def emptied_postgres(postgres_server):
+    """One PostgresStore for a whole hypothesis test, emptied for each example."""
+    from broker.store.postgres import PostgresStore
+    schema = postgres_server.take_schema()
+    store = PostgresStore.open(postgres_server.url(schema=schema))
+    admin = postgres_server.connect()
+
+    def emptied() -> Store:
+        assert postgres_server.empty(schema, admin), "the schema could not be emptied"
+        return store
+    yield emptied
+    admin.close()
+    store.close()
+    postgres_server.give_back(schema)
+
+
+# Fewer examples: each one commits a few transactions on a real server (fsync on); a
+# few seconds of work that a loaded host may stretch well past the default timeout.
+@pytest.mark.timeout(240)
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(history=_histories)
+def test_postgres_gives_the_memory_stores_snapshot_for_any_history(emptied_postgres, history):
+    _same_as_memory(emptied_postgres(), history)
 
 
 # -- SQLite only: schema versions --------------------------------------------------------

@@ -8,7 +8,7 @@ import apsw
 
 from broker.core.kernel.records import (RunEnded, RunSaved, StickyAnswered, StickyDropped, StickyKept,
                                  StickyRow)
-from broker.store import SCHEMA_VERSION, SqliteStore
+from broker.store.sqlite import SCHEMA_VERSION, SqliteStore
 
 from .store_helpers import NOW, entry, open_store, store  # noqa: F401
 from .test_store_contract import EMPTY_LIST, VERSION_1_SCHEMA, schema_version

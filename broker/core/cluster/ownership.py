@@ -25,7 +25,7 @@ hands over its sticky entries; every other broker knows only *who* owns it
   entries and tells the others; a request for an orphan meanwhile waits for that
   (:func:`hold`) and is then handled again, here or forwarded to the adopter. The run
   then behaves as after a restart of its broker: its host holds a fresh lease.
-* At start a broker takes the runs no live broker owns (:meth:`broker.store.SqliteStore.load`).
+* At start a broker takes the runs no live broker owns (:meth:`broker.store.Store.load`).
 
 A request for a run this broker's adoption did not get (another broker took it first)
 waits again, for that broker's word over its link, or for one more adoption after

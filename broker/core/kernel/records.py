@@ -3,7 +3,7 @@
 The core never talks to a database. It describes every durable change as one of the
 frozen records below, inside a :class:`~broker.core.kernel.commands.Persist` command; the
 shell hands them to the persistence worker, which applies a whole batch through the
-:class:`Store` interface in one transaction. At start the shell reads a
+:class:`broker.store.Store` interface in one transaction. At start the shell reads a
 :class:`Snapshot` back from the store and gives it to the engine.
 
 Invariants:
@@ -15,14 +15,14 @@ Invariants:
 * times in records are wall-clock seconds (people and other brokers read them), never
   the monotonic ``now`` the core runs on.
 
-A networked store implements exactly :class:`Store` (see the README's "Several
-brokers" section for what each operation must guarantee across hosts).
+Every store implements exactly :class:`broker.store.Store`; a new record type is
+a class here, a member of :data:`Record`, and a row of :data:`broker.store.RECORD_HANDLERS`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields as fields_of
-from typing import Any, Protocol, Sequence
+from typing import Any, get_args
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +219,7 @@ Record = (IdentitySaved | LeaseRenewed | LeaseReleased | SessionClaimed | Sessio
           | ConversationSaved | ConversationDeleted | InvocationSaved | InvocationState
           | RecoverySaved | RecoveryDeleted)
 
-RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
-    IdentitySaved, LeaseRenewed, LeaseReleased, SessionClaimed, SessionReleased, RunSaved,
-    RunEnded, StickySaved, StickyAnswered, StickyDelivery, StickyDropped, ConversationSaved,
-    ConversationDeleted, InvocationSaved, InvocationState, RecoverySaved, RecoveryDeleted)}
+RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in get_args(Record)}
 
 
 def refusal_code(record: Record) -> str:
@@ -280,33 +277,3 @@ class Snapshot:
     grant_key: bytes = b""
     # Runs this broker did not take because a live broker owns them: run id -> owner.
     owners: dict[str, str] = field(default_factory=dict)
-
-
-class Store(Protocol):
-    """The persistence interface: SQLite today, an in-memory one for tests, a
-    networked database next. Implementations need not be thread-safe: one thread
-    (the persistence worker) uses a store at a time."""
-
-    def apply(self, records: Sequence[Record]) -> list[Record]:
-        """Make every record durable in one transaction, or none of them (raise).
-
-        Returns the records not written, which are not an error (the rest of the batch
-        is kept): the claims refused (see :class:`SessionClaimed`), starts of jobs no
-        longer queued (see :class:`InvocationState`) and, for each entry whose request
-        is stored already, a :class:`StickyKept`."""
-
-    def load(self) -> Snapshot:
-        """What the engine restores from, as committed."""
-
-    def queued_jobs(self, agent: str, channel: str) -> list[InvocationSaved]:
-        """The conversation's invoke jobs still ``queued``, as committed, oldest first:
-        what its broker may hand over when it opens there (jobs other brokers committed)."""
-
-    def live_brokers(self, now: float, exclude: str | None = None) -> int:
-        """Brokers whose lease is still valid at wall time ``now``, ``exclude`` aside."""
-
-    def brokers(self, now: float, exclude: str | None = None) -> list[LeaseRenewed]:
-        """The rows of those brokers (their endpoints and lease ends), oldest start first:
-        how brokers sharing a store find each other."""
-
-    def close(self) -> None: ...

@@ -1,6 +1,6 @@
 """The SQLite schema of the store, its migrations, and every statement it runs.
 
-Plain text only (see :mod:`broker.store` for the code that runs it). The schema is
+Plain text only (see :mod:`broker.store.sqlite` for the code that runs it). The schema is
 versioned in ``meta``: a new file gets :data:`SCHEMA_VERSION`; an older file is
 migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
 Parameters are named after the fields of the records they write.
@@ -15,7 +15,7 @@ BUSY_TIMEOUT_MS = 1000
 
 # respond/invoke (version 3). response_recovery holds agents' exact undelivered output:
 # sensitive, never read back through a session (see the README).
-_AGENT_TABLES = """
+AGENT_TABLES = """
 CREATE TABLE IF NOT EXISTS conversations (
     agent TEXT NOT NULL,
     channel TEXT NOT NULL,
@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS response_recovery (
 );
 """
 
-_CLAIMS_TABLE = """
+CLAIMS_TABLE = """
 CREATE TABLE IF NOT EXISTS session_claims (
     session_id TEXT PRIMARY KEY,       -- held by one live broker at most (SessionClaimed)
     broker_id TEXT NOT NULL,
@@ -58,9 +58,9 @@ CREATE TABLE IF NOT EXISTS session_claims (
 
 # Which broker started a job (version 8): a broker starting fails only the started jobs
 # of brokers not live, never one another live broker is running.
-_STARTED_BY = "ALTER TABLE invocations ADD COLUMN started_by TEXT NOT NULL DEFAULT '';"
+STARTED_BY = "ALTER TABLE invocations ADD COLUMN started_by TEXT NOT NULL DEFAULT '';"
 
-_SCHEMA = _AGENT_TABLES + _CLAIMS_TABLE + _STARTED_BY + """
+SCHEMA = AGENT_TABLES + CLAIMS_TABLE + STARTED_BY + """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS brokers (
     broker_id TEXT PRIMARY KEY,
@@ -124,8 +124,8 @@ WHERE sticky.seq = ranked.seq;
 """,
     # Both v3s (agents' tables; session claims) existed on branches: each step makes
     # both, idempotently, so either upgrades to v4.
-    2: _AGENT_TABLES + _CLAIMS_TABLE,
-    3: _AGENT_TABLES + _CLAIMS_TABLE,
+    2: AGENT_TABLES + CLAIMS_TABLE,
+    3: AGENT_TABLES + CLAIMS_TABLE,
     # Runs belong to a broker (broker.core.cluster.ownership); an old run has no owner yet.
     4: "ALTER TABLE runs ADD COLUMN owner TEXT NOT NULL DEFAULT '';",
     # One entry per request store-wide (a resend to another broker is answered from the
@@ -144,51 +144,51 @@ CREATE UNIQUE INDEX IF NOT EXISTS sticky_request ON sticky (sender_id, message_i
 """,
     # CURVE on the links: each broker's row says the key its ROUTER serves with.
     6: "ALTER TABLE brokers ADD COLUMN curve_public TEXT NOT NULL DEFAULT '';",
-    7: _STARTED_BY,
+    7: STARTED_BY,
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
 # -- writes, one per record type; parameters named after the record's fields -----------
 
-_UPSERT_IDENTITY = """
+UPSERT_IDENTITY = """
 INSERT INTO session_identity (session_id, atomic_session_id, token_hash, name, updated_at)
 VALUES (:session_id, :atomic_session_id, :token_hash, :name, :at)
 ON CONFLICT (session_id) DO UPDATE SET atomic_session_id = excluded.atomic_session_id,
     token_hash = excluded.token_hash, name = excluded.name, updated_at = excluded.updated_at
 """
-_UPSERT_LEASE = """
+UPSERT_LEASE = """
 DELETE FROM brokers WHERE endpoint = :endpoint AND broker_id != :broker_id;
 INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until, curve_public)
 VALUES (:broker_id, :pid, :endpoint, :started_at, :until, :curve_public)
 ON CONFLICT (broker_id) DO UPDATE SET lease_until = excluded.lease_until
 """
-_DELETE_LEASE = "DELETE FROM brokers WHERE broker_id = :broker_id"
-_FORGET_CLAIMS = """
+DELETE_LEASE = "DELETE FROM brokers WHERE broker_id = :broker_id"
+FORGET_CLAIMS = """
 DELETE FROM session_claims WHERE broker_id NOT IN (SELECT broker_id FROM brokers)
 """
 # One statement, so the check and the write are one step under the write lock.
-_CLAIM = """
+CLAIM = """
 INSERT INTO session_claims (session_id, broker_id, at) VALUES (:session_id, :broker_id, :at)
 ON CONFLICT (session_id) DO UPDATE SET broker_id = excluded.broker_id, at = excluded.at
 WHERE session_claims.broker_id = excluded.broker_id
    OR session_claims.broker_id NOT IN (SELECT broker_id FROM brokers WHERE lease_until > :at)
    OR session_claims.broker_id IN (SELECT value FROM json_each(:gone))
 """
-_IDENTITY_HAS = """
+IDENTITY_HAS = """
 SELECT 1 FROM session_identity WHERE session_id = :session_id AND token_hash = :token_hash
 """
-_CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
-_UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
+CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
+UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
 # A broker that lost a run (it was adopted while this one was taken for dead) writes
 # nothing to it: the adopter's copy is the run.
-_UPSERT_RUN = """
+UPSERT_RUN = """
 INSERT INTO runs (run_id, record, owner) VALUES (:run_id, :record, :owner)
 ON CONFLICT (run_id) DO UPDATE SET record = excluded.record, owner = excluded.owner
 WHERE runs.owner IN (excluded.owner, '')
 """
 # At start: a broker takes the runs nobody live owns (its own, a dead broker's, none's).
 # ``gone``: brokers whose lease row is still live but which are known dead.
-_TAKE_RUNS = """
+TAKE_RUNS = """
 UPDATE runs SET owner = :owner
 WHERE owner = :owner OR owner NOT IN (
     SELECT broker_id FROM brokers WHERE lease_until > :now
@@ -196,69 +196,69 @@ WHERE owner = :owner OR owner NOT IN (
 RETURNING run_id
 """
 # One store step, so two brokers adopting one dead broker's runs get each run once.
-_ADOPT_RUNS = "UPDATE runs SET owner = :owner WHERE owner = :dead RETURNING run_id"
-_RUN_OWNERS = "SELECT run_id, owner FROM runs WHERE owner != :owner"
-_DELETE_RUN = """
+ADOPT_RUNS = "UPDATE runs SET owner = :owner WHERE owner = :dead RETURNING run_id"
+RUN_OWNERS = "SELECT run_id, owner FROM runs WHERE owner != :owner"
+DELETE_RUN = """
 DELETE FROM sticky_delivery WHERE seq IN (SELECT seq FROM sticky WHERE run_id = :run_id);
 DELETE FROM sticky WHERE run_id = :run_id;
 DELETE FROM runs WHERE run_id = :run_id;
 """
-_INSERT_STICKY = """
+INSERT_STICKY = """
 INSERT INTO sticky (seq, run_id, target, sender_id, sender_name, message_id, message,
                     attachments, sent_at, ack, position, not_in_known_set)
 VALUES (:seq, :run_id, :target, :sender_id, :sender_name, :message_id, :message,
         :attachments, :sent_at, :ack, :position, :not_in_known_set)
 ON CONFLICT (sender_id, message_id) DO NOTHING
 """
-_ANSWER_STICKY = "UPDATE sticky SET delivered_to = :delivered_to WHERE seq = :seq"
-_UPSERT_DELIVERY = """
+ANSWER_STICKY = "UPDATE sticky SET delivered_to = :delivered_to WHERE seq = :seq"
+UPSERT_DELIVERY = """
 INSERT INTO sticky_delivery (seq, stage, transcript, state, at)
 VALUES (:seq, :stage, :transcript, :state, :at)
 ON CONFLICT (seq, stage, transcript) DO UPDATE SET state = excluded.state, at = excluded.at
 """
-_DELETE_STICKY = """
+DELETE_STICKY = """
 DELETE FROM sticky_delivery WHERE seq = :seq;
 DELETE FROM sticky WHERE seq = :seq;
 """
 
-_UPSERT_CONVERSATION = """
+UPSERT_CONVERSATION = """
 INSERT INTO conversations (agent, channel, remote, last_active_at, session_id)
 VALUES (:agent, :channel, :remote, :last_active_at, :session_id)
 ON CONFLICT (agent, channel) DO UPDATE SET remote = excluded.remote,
     last_active_at = excluded.last_active_at, session_id = excluded.session_id
 """
-_DELETE_CONVERSATION = """
+DELETE_CONVERSATION = """
 DELETE FROM invocations WHERE agent = :agent AND channel = :channel AND state = 'queued';
 DELETE FROM response_recovery WHERE agent = :agent AND channel = :channel;
 DELETE FROM conversations WHERE agent = :agent AND channel = :channel;
 """
-_INSERT_INVOCATION = """
+INSERT_INVOCATION = """
 INSERT INTO invocations (id, agent, channel, from_channel, reason, created_at, request, state,
                          updated_at)
 VALUES (:id, :agent, :channel, :from_channel, :reason, :created_at, :request, :state, :created_at)
 """
-_INVOCATION_STATE = """
+INVOCATION_STATE = """
 UPDATE invocations SET state = :state, updated_at = :at, error = :error WHERE id = :id
 """
 # The hand-over's compare-and-set: one statement under the write lock (InvocationState).
-_START_INVOCATION = """
+START_INVOCATION = """
 UPDATE invocations SET state = :state, updated_at = :at, error = :error, started_by = :broker_id
 WHERE id = :id AND state = 'queued'
 """
-_UPSERT_RECOVERY = """
+UPSERT_RECOVERY = """
 INSERT INTO response_recovery (agent, channel, turn, drafts, outcome, updated_at)
 VALUES (:agent, :channel, :turn, :drafts, :outcome, :at)
 ON CONFLICT (agent, channel) DO UPDATE SET turn = excluded.turn, drafts = excluded.drafts,
     outcome = excluded.outcome, updated_at = excluded.updated_at
 """
-_DELETE_RECOVERY = "DELETE FROM response_recovery WHERE agent = :agent AND channel = :channel"
+DELETE_RECOVERY = "DELETE FROM response_recovery WHERE agent = :agent AND channel = :channel"
 
 # -- reads, columns named as the record fields they fill --------------------------------
 
-_META_TABLE = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
-_PRUNE_IDENTITIES = "DELETE FROM session_identity WHERE updated_at < :cutoff"
+META_TABLE = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+PRUNE_IDENTITIES = "DELETE FROM session_identity WHERE updated_at < :cutoff"
 # The newest :limit, and those of the ids in :named (a JSON list), oldest first.
-_SELECT_IDENTITIES = """
+SELECT_IDENTITIES = """
 SELECT * FROM (SELECT session_id, atomic_session_id, token_hash, name, updated_at AS at
                FROM session_identity ORDER BY updated_at DESC, session_id DESC LIMIT :limit)
 UNION
@@ -267,53 +267,53 @@ FROM session_identity WHERE session_id IN (SELECT value FROM json_each(:named))
 ORDER BY at, session_id
 """
 # The runs named in :runs (a JSON list) with their sticky entries and delivery states.
-_SELECT_RUNS = """
+SELECT_RUNS = """
 SELECT run_id, record, owner FROM runs WHERE run_id IN (SELECT value FROM json_each(:runs))
 ORDER BY rowid
 """
-_SELECT_STICKY = """
+SELECT_STICKY = """
 SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments,
        sent_at, ack, position, not_in_known_set, delivered_to
 FROM sticky WHERE run_id IN (SELECT value FROM json_each(:runs)) ORDER BY seq
 """
-_SELECT_ALL_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
-_SELECT_DELIVERIES = """
+SELECT_ALL_DELIVERIES = "SELECT seq, stage, transcript, state, at FROM sticky_delivery ORDER BY rowid"
+SELECT_DELIVERIES = """
 SELECT seq, stage, transcript, state, at FROM sticky_delivery
 WHERE seq IN (SELECT seq FROM sticky WHERE run_id IN (SELECT value FROM json_each(:runs)))
 ORDER BY rowid
 """
-_SELECT_STICKY_REQUEST = """
+SELECT_STICKY_REQUEST = """
 SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments,
        sent_at, ack, position, not_in_known_set, delivered_to
 FROM sticky WHERE sender_id = :sender_id AND message_id = :message_id
 """
-_STICKY_SEQ_TAKEN = "SELECT 1 AS taken FROM sticky WHERE seq = :seq"
-_SELECT_CONVERSATIONS = """
+STICKY_SEQ_TAKEN = "SELECT 1 AS taken FROM sticky WHERE seq = :seq"
+SELECT_CONVERSATIONS = """
 SELECT agent, channel, remote, last_active_at, session_id FROM conversations ORDER BY rowid
 """
-_PRUNE_INVOCATIONS = """
+PRUNE_INVOCATIONS = """
 DELETE FROM invocations WHERE state NOT IN ('queued', 'started') AND updated_at < :cutoff
 """
 # Unfinished jobs, less those started by another live broker (:owner; all if NULL).
-_SELECT_INVOCATIONS = """
+SELECT_INVOCATIONS = """
 SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
 WHERE state = 'queued' OR (state = 'started' AND (:owner IS NULL OR started_by NOT IN (
     SELECT broker_id FROM brokers WHERE lease_until > :now AND broker_id != :owner
     AND broker_id NOT IN (SELECT value FROM json_each(:gone)))))
 ORDER BY rowid
 """
-_SELECT_QUEUED_JOBS = """
+SELECT_QUEUED_JOBS = """
 SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
 WHERE agent = :agent AND channel = :channel AND state = 'queued' ORDER BY rowid
 """
-_SELECT_RECOVERIES = """
+SELECT_RECOVERIES = """
 SELECT agent, channel, turn, drafts, outcome, updated_at AS at FROM response_recovery ORDER BY rowid
 """
-_SELECT_LIVE = """
+SELECT_LIVE = """
 SELECT broker_id, pid, endpoint, started_at, lease_until AS until, curve_public FROM brokers
 WHERE lease_until > :now AND broker_id IS NOT :exclude ORDER BY started_at, broker_id
 """
-_COUNT_LIVE = """
+COUNT_LIVE = """
 SELECT count(*) AS live FROM brokers WHERE lease_until > :now AND broker_id IS NOT :exclude
 """
 

@@ -1,11 +1,10 @@
-"""The in-memory store: the reference semantics of :class:`broker.core.kernel.records.Store`.
+"""The in-memory store: the reference semantics of :class:`broker.store.Store`.
 
-Plain dicts, one per table, for core tests and as the definition the SQLite store is
-tested against (``tests/unit/test_store_contract.py`` feeds both the same records and
-compares the snapshots). The retention rules both stores apply at :meth:`load` are
-defined here, once.
+Plain dicts, one per table, for core tests and as the definition the database stores
+are tested against (``tests/unit/test_store_contract.py`` feeds each the same records
+and compares the snapshots; the retention windows are in :mod:`broker.store`).
 
-Semantics (the SQLite store keeps the same ones):
+Semantics (every store keeps the same ones):
 
 * ``apply`` is all-or-nothing: the batch is applied in order to copies of the tables,
   which replace the live ones only when every record went in;
@@ -26,7 +25,7 @@ Semantics (the SQLite store keeps the same ones):
   ``StickyDelivery`` upserts by (seq, stage, transcript) and keeps its place;
   ``StickyDropped`` deletes one entry and its deliveries;
 * payloads (run records, attachments, answered-to lists) are kept as a msgpack round
-  trip of what was given: a value the SQLite store could not encode fails here too,
+  trip of what was given: a value a database store could not encode fails here too,
   and a caller changing its dict afterwards changes nothing stored;
 * ``ConversationSaved`` upserts by (agent, channel) and keeps its place;
   ``ConversationDeleted`` deletes the conversation, its recovery row and its queued
@@ -48,7 +47,6 @@ Semantics (the SQLite store keeps the same ones):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -57,15 +55,13 @@ from typing import Any, Callable, Sequence
 import msgpack
 
 from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, IdentitySaved,
-                           InvocationSaved, InvocationState, LeaseReleased, LeaseRenewed, Record,
-                           RecoveryDeleted, RecoverySaved, RunEnded, RunSaved, SessionClaimed,
-                           SessionReleased, Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                           StickyKept, StickyRow, StickySaved)
-
-IDENTITY_KEEP_S = 30 * 24 * 3600   # who held an id is remembered for 30 days
-IDENTITY_LIMIT = 200_000           # newest identities restored at start, at most
-FINISHED_KEEP_S = 7 * 24 * 3600    # a done or failed invoke job is kept a week
-UNFINISHED = ("queued", "started")
+                                        InvocationSaved, InvocationState, LeaseReleased,
+                                        LeaseRenewed, Record, RecoveryDeleted, RecoverySaved,
+                                        RunEnded, RunSaved, SessionClaimed, SessionReleased,
+                                        Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
+                                        StickyKept, StickyRow, StickySaved)
+from broker.store import (FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, UNFINISHED,
+                          apply_each, named_ids, writers_of)
 
 
 def copy_payload(value: Any) -> Any:
@@ -76,7 +72,7 @@ def copy_payload(value: Any) -> Any:
 
 
 @dataclass(slots=True)
-class _Tables:
+class MemoryTables:
     identities: dict[str, IdentitySaved] = field(default_factory=dict)
     leases: dict[str, LeaseRenewed] = field(default_factory=dict)
     claims: dict[str, str] = field(default_factory=dict)     # session id -> broker id
@@ -90,9 +86,9 @@ class _Tables:
     started_by: dict[str, str] = field(default_factory=dict)    # job id -> broker
     recoveries: dict[tuple[str, str], RecoverySaved] = field(default_factory=dict)
 
-    def copy(self) -> _Tables:
+    def copy(self) -> MemoryTables:
         # Shallow is enough: every value is a frozen record or a list no one else holds.
-        return _Tables(*(dict(getattr(self, f.name)) for f in dataclasses.fields(self)))
+        return MemoryTables(*(dict(getattr(self, f.name)) for f in dataclasses.fields(self)))
 
     def forget_entry(self, seq: int) -> None:
         """Delete an entry and its deliveries (deliveries may exist without the entry)."""
@@ -103,188 +99,112 @@ class _Tables:
         for key in [key for key in self.deliveries if key[0] == seq]:
             del self.deliveries[key]
 
+    # -- writers, one per record type (broker.store.RECORD_HANDLERS) -------------------
 
-def named_ids(runs: Sequence[RunSaved], sticky: Sequence[StickyRow],
-              conversations: Sequence[ConversationSaved]) -> list[str]:
-    """The session ids a snapshot's runs (hosts, subagents), entries (senders) and
-    conversations name: their identities are loaded whatever their age."""
-    named: set[str] = set()
-    for run in runs:
-        record = run.record if isinstance(run.record, dict) else {}
-        if isinstance(record.get("host"), str):
-            named.add(record["host"])
-        named.update(s["id"] for s in record.get("subagents") or ()
-                     if isinstance(s, dict) and isinstance(s.get("id"), str))
-    named.update(row.entry.sender_id for row in sticky)
-    named.update(c.session_id for c in conversations if c.session_id)
-    return sorted(named)
+    def save_identity(self, record: IdentitySaved) -> None:
+        self.identities[record.session_id] = record
 
+    def renew_lease(self, record: LeaseRenewed) -> None:
+        for other in [b for b, lease in self.leases.items()
+                      if lease.endpoint == record.endpoint and b != record.broker_id]:
+            del self.leases[other]
+        held = self.leases.get(record.broker_id)
+        # Claims of brokers without a row are nobody's: they go with each renewal.
+        live = set(self.leases) | {record.broker_id}
+        for session_id in [s for s, b in self.claims.items() if b not in live]:
+            del self.claims[session_id]
+        self.leases[record.broker_id] = record if held is None else dataclasses.replace(held, until=record.until)
 
-def _identity(tables: _Tables, record: IdentitySaved) -> None:
-    tables.identities[record.session_id] = record
+    def release_lease(self, record: LeaseReleased) -> None:
+        self.leases.pop(record.broker_id, None)
 
-
-def _lease(tables: _Tables, record: LeaseRenewed) -> None:
-    for other in [b for b, lease in tables.leases.items()
-                  if lease.endpoint == record.endpoint and b != record.broker_id]:
-        del tables.leases[other]
-    held = tables.leases.get(record.broker_id)
-    # Claims of brokers without a row are nobody's: they go with each renewal.
-    live = set(tables.leases) | {record.broker_id}
-    for session_id in [s for s, b in tables.claims.items() if b not in live]:
-        del tables.claims[session_id]
-    tables.leases[record.broker_id] = record if held is None else dataclasses.replace(held, until=record.until)
-
-
-def _release(tables: _Tables, record: LeaseReleased) -> None:
-    tables.leases.pop(record.broker_id, None)
-
-
-def _claim(tables: _Tables, record: SessionClaimed) -> bool:
-    if record.token_hash is not None:
-        known = tables.identities.get(record.session_id)
-        if known is None or known.token_hash != record.token_hash:
+    def claim_session(self, record: SessionClaimed) -> bool:
+        if record.token_hash is not None:
+            known = self.identities.get(record.session_id)
+            if known is None or known.token_hash != record.token_hash:
+                return False
+        holder = self.claims.get(record.session_id)
+        lease = self.leases.get(holder) if holder is not None else None
+        if holder is not None and holder != record.broker_id and lease is not None \
+                and lease.until > record.at and holder not in record.gone:
             return False
-    holder = tables.claims.get(record.session_id)
-    lease = tables.leases.get(holder) if holder is not None else None
-    if holder is not None and holder != record.broker_id and lease is not None \
-            and lease.until > record.at and holder not in record.gone:
-        return False
-    tables.claims[record.session_id] = record.broker_id
-    return True
+        self.claims[record.session_id] = record.broker_id
+        return True
 
+    def release_session(self, record: SessionReleased) -> None:
+        if self.claims.get(record.session_id) == record.broker_id:
+            del self.claims[record.session_id]
 
-def _unclaim(tables: _Tables, record: SessionReleased) -> None:
-    if tables.claims.get(record.session_id) == record.broker_id:
-        del tables.claims[record.session_id]
+    def save_run(self, record: RunSaved) -> None:
+        held = self.runs.get(record.run_id)
+        if held is not None and held.owner not in (record.owner, ""):
+            return           # another broker adopted it: its copy is the run
+        self.runs[record.run_id] = RunSaved(record.run_id, copy_payload(record.record), record.owner)
 
+    def end_run(self, record: RunEnded) -> None:
+        for seq in [seq for seq, entry in self.sticky.items() if entry.run_id == record.run_id]:
+            self.forget_entry(seq)
+        self.runs.pop(record.run_id, None)
 
-def _run(tables: _Tables, record: RunSaved) -> None:
-    held = tables.runs.get(record.run_id)
-    if held is not None and held.owner not in (record.owner, ""):
-        return           # another broker adopted it: its copy is the run
-    tables.runs[record.run_id] = RunSaved(record.run_id, copy_payload(record.record), record.owner)
+    def save_sticky(self, record: StickySaved) -> StickyKept | None:
+        if record.seq in self.sticky:
+            raise ValueError(f"sticky entry {record.seq} is already stored")
+        request = (record.sender_id, record.message_id)
+        held = self.requests.get(request)
+        if held is not None:
+            return StickyKept(record, self.row(held))
+        self.sticky[record.seq] = dataclasses.replace(record, attachments=copy_payload(record.attachments))
+        self.requests[request] = record.seq
+        return None
 
+    def row(self, seq: int) -> StickyRow:
+        """The entry ``seq`` as read back."""
+        saved = self.sticky[seq]
+        return StickyRow(dataclasses.replace(saved, attachments=copy_payload(saved.attachments)),
+                         list(self.answered.get(seq, [])))
 
-def _run_end(tables: _Tables, record: RunEnded) -> None:
-    for seq in [seq for seq, entry in tables.sticky.items() if entry.run_id == record.run_id]:
-        tables.forget_entry(seq)
-    tables.runs.pop(record.run_id, None)
+    def answer_sticky(self, record: StickyAnswered) -> None:
+        delivered_to = copy_payload(record.delivered_to)   # encoded even when no entry, as in SQL
+        if record.seq in self.sticky:
+            self.answered[record.seq] = delivered_to
 
+    def record_delivery(self, record: StickyDelivery) -> None:
+        self.deliveries[(record.seq, record.stage, record.transcript)] = record
 
-def _sticky(tables: _Tables, record: StickySaved) -> StickyKept | None:
-    if record.seq in tables.sticky:
-        raise ValueError(f"sticky entry {record.seq} is already stored")
-    request = (record.sender_id, record.message_id)
-    held = tables.requests.get(request)
-    if held is not None:
-        return StickyKept(record, _row(tables, held))
-    tables.sticky[record.seq] = dataclasses.replace(record, attachments=copy_payload(record.attachments))
-    tables.requests[request] = record.seq
-    return None
+    def drop_sticky(self, record: StickyDropped) -> None:
+        self.forget_entry(record.seq)
 
+    def save_conversation(self, record: ConversationSaved) -> None:
+        self.conversations[(record.agent, record.channel)] = record
 
-def _row(tables: _Tables, seq: int) -> StickyRow:
-    """The entry ``seq`` as read back."""
-    saved = tables.sticky[seq]
-    return StickyRow(dataclasses.replace(saved, attachments=copy_payload(saved.attachments)),
-                     list(tables.answered.get(seq, [])))
+    def delete_conversation(self, record: ConversationDeleted) -> None:
+        key = (record.agent, record.channel)
+        self.conversations.pop(key, None)
+        self.recoveries.pop(key, None)
+        for job_id in [i for i, (job, _) in self.invocations.items()
+                       if (job.agent, job.channel) == key and job.state == "queued"]:
+            del self.invocations[job_id]
 
+    def save_invocation(self, record: InvocationSaved) -> None:
+        if record.id in self.invocations:
+            raise ValueError(f"invocation {record.id} is already stored")
+        self.invocations[record.id] = (record, record.created_at)
 
-def _answered(tables: _Tables, record: StickyAnswered) -> None:
-    delivered_to = copy_payload(record.delivered_to)   # encoded even when no entry, as in SQL
-    if record.seq in tables.sticky:
-        tables.answered[record.seq] = delivered_to
+    def set_invocation_state(self, record: InvocationState) -> bool | None:
+        held = self.invocations.get(record.id)
+        if record.state == "started" and (held is None or held[0].state != "queued"):
+            return False                      # refused: not queued (any more)
+        if held is not None:
+            self.invocations[record.id] = (dataclasses.replace(held[0], state=record.state), record.at)
+            if record.state == "started":
+                self.started_by[record.id] = record.broker_id
 
+    def save_recovery(self, record: RecoverySaved) -> None:
+        self.recoveries[(record.agent, record.channel)] = dataclasses.replace(
+            record, drafts=copy_payload(record.drafts))
 
-def _delivery(tables: _Tables, record: StickyDelivery) -> None:
-    tables.deliveries[(record.seq, record.stage, record.transcript)] = record
-
-
-def _drop(tables: _Tables, record: StickyDropped) -> None:
-    tables.forget_entry(record.seq)
-
-
-def _conversation(tables: _Tables, record: ConversationSaved) -> None:
-    tables.conversations[(record.agent, record.channel)] = record
-
-
-def _conversation_deleted(tables: _Tables, record: ConversationDeleted) -> None:
-    key = (record.agent, record.channel)
-    tables.conversations.pop(key, None)
-    tables.recoveries.pop(key, None)
-    for job_id in [i for i, (job, _) in tables.invocations.items()
-                   if (job.agent, job.channel) == key and job.state == "queued"]:
-        del tables.invocations[job_id]
-
-
-def _invocation(tables: _Tables, record: InvocationSaved) -> None:
-    if record.id in tables.invocations:
-        raise ValueError(f"invocation {record.id} is already stored")
-    tables.invocations[record.id] = (record, record.created_at)
-
-
-def _invocation_state(tables: _Tables, record: InvocationState) -> bool | None:
-    held = tables.invocations.get(record.id)
-    if record.state == "started" and (held is None or held[0].state != "queued"):
-        return False                      # refused: not queued (any more)
-    if held is not None:
-        tables.invocations[record.id] = (dataclasses.replace(held[0], state=record.state), record.at)
-        if record.state == "started":
-            tables.started_by[record.id] = record.broker_id
-
-
-def _recovery(tables: _Tables, record: RecoverySaved) -> None:
-    tables.recoveries[(record.agent, record.channel)] = dataclasses.replace(
-        record, drafts=copy_payload(record.drafts))
-
-
-def _recovery_deleted(tables: _Tables, record: RecoveryDeleted) -> None:
-    tables.recoveries.pop((record.agent, record.channel), None)
-
-
-_WRITERS: dict[type, Callable[[_Tables, Any], None]] = {
-    IdentitySaved: _identity,
-    LeaseRenewed: _lease,
-    LeaseReleased: _release,
-    SessionClaimed: _claim,
-    SessionReleased: _unclaim,
-    RunSaved: _run,
-    RunEnded: _run_end,
-    StickySaved: _sticky,
-    StickyAnswered: _answered,
-    StickyDelivery: _delivery,
-    StickyDropped: _drop,
-    ConversationSaved: _conversation,
-    ConversationDeleted: _conversation_deleted,
-    InvocationSaved: _invocation,
-    InvocationState: _invocation_state,
-    RecoverySaved: _recovery,
-    RecoveryDeleted: _recovery_deleted,
-}
-
-
-def apply_each(records: Sequence[Record], writers: dict[type, Callable]) -> list:
-    """Write ``records`` in order with ``writers``; the records not written (see
-    :meth:`broker.core.kernel.records.Store.apply`). A writer returns False for a refused
-    claim, the :class:`StickyKept` that stands for its record, or anything else (None,
-    True) when it wrote."""
-    refused = []
-    for record in records:
-        outcome = writer_for(record, writers)(record)
-        if outcome is False:
-            refused.append(record)
-        elif outcome.__class__ is StickyKept:
-            refused.append(outcome)
-    return refused
-
-
-def writer_for(record: Record, writers: dict[type, Callable]) -> Callable:
-    """The writer for ``record``'s type. Raises TypeError for anything not a record."""
-    try:
-        return writers[type(record)]
-    except KeyError:
-        raise TypeError(f"not a store record: {type(record).__name__}") from None
+    def delete_recovery(self, record: RecoveryDeleted) -> None:
+        self.recoveries.pop((record.agent, record.channel), None)
 
 
 class MemoryStore:
@@ -296,7 +216,7 @@ class MemoryStore:
         (a core test passes its fake one, the clock its records were written with)."""
         self.identity_limit = identity_limit
         self._clock = clock
-        self._tables = _Tables()
+        self._tables = MemoryTables()
         self._closed = False
         self._grant_key = secrets.token_bytes(32)
 
@@ -307,8 +227,7 @@ class MemoryStore:
         already stored."""
         self._check_open()
         staged = self._tables.copy()
-        writers = {cls: functools.partial(write, staged) for cls, write in _WRITERS.items()}
-        refused = apply_each(records, writers)
+        refused = apply_each(records, writers_of(staged))
         self._tables = staged
         return refused
 
@@ -373,7 +292,7 @@ class MemoryStore:
         tables = self._tables
         runs = [RunSaved(r.run_id, copy_payload(r.record), r.owner)
                 for r in tables.runs.values() if r.run_id in run_ids]
-        sticky = [_row(tables, seq) for seq, e in sorted(tables.sticky.items())
+        sticky = [tables.row(seq) for seq, e in sorted(tables.sticky.items())
                   if e.run_id in run_ids]
         seqs = {row.entry.seq for row in sticky}
         deliveries = [d for d in tables.deliveries.values() if everything or d.seq in seqs]
@@ -394,6 +313,9 @@ class MemoryStore:
         return sorted((lease for lease in self._tables.leases.values()
                        if lease.until > now and lease.broker_id != exclude),
                       key=lambda lease: (lease.started_at, lease.broker_id))
+
+    def failure_code(self, exc: BaseException) -> str:
+        return "internal_error"       # nothing here is ever unavailable: a failure is a bug
 
     def close(self) -> None:
         self._closed = True
