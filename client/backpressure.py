@@ -21,6 +21,11 @@ side only, one thread at a time):
   stopped reading; one that reads takes them as it drains) fails its held sends
   with the broker's refusal: a pipelined send never waits longer than a blocking
   call would for its answer.
+
+The protocol counts plain sends on the wire per target (:attr:`Holds.inflight`)
+so a resend waits for them; only for targets that met a refusal, from the moment
+they first do (counted then from what is owed), until none of theirs is on the
+wire and none is held: a session whose targets all read pays nothing for it.
 """
 
 from __future__ import annotations
@@ -55,16 +60,28 @@ class Holds:
         self.blocked_since: dict[str, float] = {}    # target -> first refusal of a streak
 
     def sent(self, envs: list[dict]) -> None:
-        """These envelopes go on the wire now: count their plain sends."""
+        """These envelopes go on the wire now: count their plain sends to the
+        targets counted."""
         inflight = self.inflight
         for env in envs:
-            if env["k"] == "sends":
-                to = env["to"]
-                inflight[to] = inflight.get(to, 0) + len(env["ids"])
+            if env["k"] == "sends" and env["to"] in inflight:
+                inflight[env["to"]] += len(env["ids"])
+
+    def answered(self, to: str) -> None:
+        """A plain send to ``to`` got an answer other than a refusal for the backlog:
+        one fewer on the wire, and the target takes sends again."""
+        left = self.inflight.get(to)
+        if left is None:
+            return
+        self.blocked_since.pop(to, None)
+        if left > 1 or to in self.held:
+            self.inflight[to] = left - 1
+        else:
+            del self.inflight[to]      # nothing of it on the wire or held: stop counting
 
     def hold(self, to: str, msg_id: str, refusal: dict[str, Any], now: float) -> None:
         """``msg_id`` to ``to`` was refused ``target_backlogged``: hold it."""
-        self.inflight[to] = self.inflight.get(to, 1) - 1
+        self.inflight[to] -= 1           # counted by the protocol before the first hold
         self.blocked_since.setdefault(to, now)
         hold = self.held.get(to)
         if hold is None:
@@ -105,6 +122,7 @@ class Holds:
                 del self.held[to]        # all of it goes now: the hold ends
             again.append(probe)
         return again, failed
+
     def clear(self) -> None:
         """A re-welcome sends every owed request again: start counting afresh."""
         self.inflight.clear()

@@ -216,7 +216,8 @@ class ClientProtocol:
             envs = take_envelopes(self._outbox, self._holds.held)
             if self._probes:         # their target may still hold later ones: not diverted
                 envs[:0] = take_envelopes(self._probes)
-            self._holds.sent(envs)
+            if self._holds.inflight:
+                self._holds.sent(envs)
         else:
             envs = []
         if self._hello_due:
@@ -369,10 +370,14 @@ class ClientProtocol:
             del env["re"]
             request = owed.request
             if request.__class__ is tuple:
+                to = request[0]
                 if env.get("code") == "target_backlogged":
-                    self._holds.hold(request[0], re, env, self.last_heard)  # still owed
+                    if to not in self._holds.inflight:
+                        self._holds.inflight[to] = self._on_wire(to)
+                    self._holds.hold(to, re, env, self.last_heard)  # still owed
                     return
-                self._sent_answered(request[0])
+                if self._holds.inflight:
+                    self._holds.answered(to)
             if self._owed.pop(re, None) is not None:     # close() may have taken it
                 self._answers.append((owed, env))
 
@@ -398,25 +403,23 @@ class ClientProtocol:
         # still owed (anything but a str is skipped).
         pop = self._owed.pop
         answers = self._answers
-        inflight = self._holds.inflight
-        blocked = self._holds.blocked_since
+        counted = self._holds.answered if self._holds.inflight else None
         for msg_id in ids:
             if msg_id.__class__ is str:
                 owed = pop(msg_id, None)
                 if owed is not None:
                     answers.append((owed, {"ok": True, "delivered": True, "messageId": msg_id}))
-                    request = owed.request
-                    if request.__class__ is tuple:
-                        to = request[0]
-                        inflight[to] = inflight.get(to, 1) - 1
-                        if blocked and to in blocked:
-                            del blocked[to]         # the target took one: it reads
+                    if counted is not None and owed.request.__class__ is tuple:
+                        counted(owed.request[0])
 
-    def _sent_answered(self, to: str) -> None:
-        """A plain send to ``to`` got its (non-ack) answer: one fewer on the wire."""
-        inflight = self._holds.inflight
-        inflight[to] = inflight.get(to, 1) - 1
-        self._holds.blocked_since.pop(to, None)
+    def _on_wire(self, to: str) -> int:
+        """Plain sends to ``to`` sent and not answered yet: those owed, less those
+        still queued (counted only when a target first meets a refusal)."""
+        owed = sum(1 for entry in list(self._owed.values())
+                   if entry.request.__class__ is tuple and entry.request[0] == to)
+        queued = sum(1 for item in [*self._outbox, *self._probes]
+                     if item.__class__ is tuple and item[0] == to)
+        return owed - queued
 
     def _on_msg(self, env: dict) -> None:
         self._msgs.append(env)
