@@ -183,7 +183,7 @@ def measure(label: str, n: int, run, groups: Groups, broker) -> None:
     counts["broker.frames_out"] = broker.frames_out - frames0[1]
     print(f"\n{label}: {n:,} in {elapsed:.2f} s ({n / elapsed:,.0f}/s), per operation:")
     for key in sorted(counts):
-        print(f"  {key:<40} {counts[key] / n:8.2f}")
+        print(f"  {key:<40} {counts[key] / n:10.4f}")
     print("  CPU us per operation (threads of this one process):")
     for group, seconds in sorted(groups.split(cpu0, cpu1).items()):
         print(f"    {group:<38} {seconds / n * 1e6:8.1f}")
