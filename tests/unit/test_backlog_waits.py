@@ -48,6 +48,14 @@ def test_a_pipelined_run_is_admitted_while_it_fits_and_the_rest_is_refused():
     assert refused(bus) == ids[fit:]
 
 
+def test_a_run_of_non_ascii_texts_is_counted_in_bytes():
+    bus = pair()
+    wide = "é" * 100                          # 200 bytes in UTF-8
+    bus.feed(b"alice", envelope("sends", to="bob", ids=[f"m{n}" for n in range(10)],
+                                messages=[wide] * 10))
+    assert delivered(bus) == [f"m{n}" for n in range(1000 // (200 + ITEM_BYTES))]
+
+
 def test_what_was_handed_earlier_in_the_round_counts_before_it_is_written():
     bus = pair()
     sends(bus, "a1", "a2", "a3", "a4")

@@ -86,7 +86,7 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
             young, old = seen.generations()
             continue
         if quick and target is not None and text.__class__ is str and 0 < len(text) <= MAX_MESSAGE_CHARS:
-            room -= len(text) + backlog.ITEM_BYTES
+            room -= (len(text) if text.isascii() else backlog.text_bytes([text])) + backlog.ITEM_BYTES
             if room >= 0:
                 batch[msg_id] = mark
                 batch_texts.append(text)
@@ -130,7 +130,7 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
         finally:
             young, old = seen.generations()
         if text.__class__ is str:
-            room -= len(text) + backlog.ITEM_BYTES
+            room -= backlog.text_bytes([text]) + backlog.ITEM_BYTES
         batch[msg_id] = mark
         batch_texts.append(text)
     if batch:

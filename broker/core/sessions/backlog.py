@@ -100,6 +100,14 @@ def check_latch(sender: Session, to: str, first_id: str, now: float) -> None:
 ITEM_BYTES = 40
 
 
+def text_bytes(texts: list[str]) -> int:
+    """The UTF-8 size of ``texts`` (what they take on the wire), cheaply for ASCII."""
+    size = sum(map(len, texts))
+    if all(map(str.isascii, texts)):
+        return size
+    return sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+
+
 def handed(target: Session, size: int) -> None:
     """``size`` bytes of messages were handed to ``target`` this round: they count as
     unread before the shell has written them (:func:`wrote` replaces the estimate)."""
