@@ -16,9 +16,11 @@ sender and a receiver) with their client threads. Per operation it prints:
 * engine inputs (``receive_batch`` calls) and commands by type;
 * CPU microseconds per operation of each thread group, from /proc (the broker's
   Python loop, the broker's libzmq IO thread, the clients' Python threads and
-  their libzmq IO thread, the persistence worker);
-* the broker's system calls per operation when ``--strace`` is given (strace -c on
-  this process's broker threads; needs strace).
+  their libzmq IO thread, the persistence worker).
+
+System calls of a real broker process per ask: run ``bench.py --only ask`` and
+attach ``strace -c -f -p <broker pid>`` for the measured part (the broker's pid is
+in its log line ``broker_started``); divide each count by the round trips.
 
 Sharing one interpreter makes the threads take turns on the GIL, so its latencies
 and CPU split are not the broker's in production (bench.py measures those, in
