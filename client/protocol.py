@@ -53,6 +53,8 @@ from schemas.limits import (HEARTBEAT_S, LIVENESS_S, MAX_BACKLOG_BYTES, MAX_FRAM
                             MAX_INBOUND_FRAME_BYTES)
 from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
 
+from .backpressure import Holds
+from .requeue import requeue, resend
 from .wire import expand_msgs, take_envelopes
 
 TIMER_INTERVAL_S = HEARTBEAT_S / 2     # the longest a driver may go without timers()
@@ -146,6 +148,8 @@ class ClientProtocol:
         self._report_every = DEFAULT_REPORT_BYTES
         self.reading_paused = False            # set by the driver: see the theory above
         self._deferred: list[str] = []         # ids of asks to resend at _deferred_at
+        self._holds = Holds()                  # plain sends waiting for a backlogged target
+        self._probes: deque = deque()          # held sends due again: before the outbox
         self._deferred_at = 0.0
         self._packb = new_packer()             # socket side only
         self._msgs: list[dict] = []
@@ -200,7 +204,7 @@ class ClientProtocol:
     # -- socket side: one thread at a time -----------------------------------------------
 
     def wants_to_send(self) -> bool:
-        return ((bool(self._outbox) and self.state is State.CONNECTED)
+        return (((bool(self._outbox) or bool(self._probes)) and self.state is State.CONNECTED)
                 or self._hello_due or self._heartbeat_due)
 
     def frames_to_send(self, now: float) -> list[bytes]:
@@ -208,7 +212,14 @@ class ClientProtocol:
         first, then what callers queued (each run of plain sends to one target as one
         ``sends`` envelope), then a due heartbeat. A request too large for a frame is
         left out and answered ``request_too_large`` in the next events."""
-        envs = take_envelopes(self._outbox) if self.state is State.CONNECTED else []
+        if self.state is State.CONNECTED:
+            envs = take_envelopes(self._outbox, self._holds.held)
+            if self._probes:         # their target may still hold later ones: not diverted
+                envs[:0] = take_envelopes(self._probes)
+            if self._holds.inflight:
+                self._holds.sent(envs)
+        else:
+            envs = []
         if self._hello_due:
             self._hello_due = False
             hello = self._hello()
@@ -259,9 +270,16 @@ class ClientProtocol:
             self._step(Input.SILENCE, now)
         if self._deferred and now >= self._deferred_at and self.state is State.CONNECTED:
             owed = self._owed
-            self._outbox.extend(_resend(owed[msg_id], now) for msg_id in self._deferred
+            self._outbox.extend(resend(owed[msg_id], now) for msg_id in self._deferred
                                 if msg_id in owed)
             self._deferred = []
+        if self._holds.held and self.state is State.CONNECTED:
+            self._release_held(now)
+
+    def next_due(self) -> float | None:
+        """The monotonic time held sends may go again, if any (the driver's timers
+        must run then, not only every TIMER_INTERVAL_S)."""
+        return self._holds.next_due()
 
     def resume_reading(self, now: float) -> None:
         """The driver reads again: the broker's silence counts from now."""
@@ -300,29 +318,26 @@ class ClientProtocol:
         elif state is State.CONNECTED:
             self._requeue(now)
 
+    def _release_held(self, now: float) -> None:
+        """Held sends whose time came (see client.backpressure): out again ahead of
+        the outbox, or failed with their refusal once the target took none for long."""
+        again, failed = self._holds.take_due(now)
+        owed = self._owed
+        for ids, refusal in failed:
+            for msg_id in ids:
+                entry = owed.pop(msg_id, None)
+                if entry is not None:
+                    self._answers.append((entry, dict(refusal)))
+        for ids in again:
+            self._probes.extend(owed[msg_id].request for msg_id in ids if msg_id in owed)
+
     def _requeue(self, now: float) -> None:
         """On a welcome: owed requests sent before, then what waited meanwhile, less
         what was given up on (see the theory of operation)."""
-        outbox, owed = self._outbox, self._owed
-        waited = []
-        try:
-            while True:
-                waited.append(outbox.popleft())
-        except IndexError:
-            pass
-        waiting_ids = {_request_id(item) for item in waited}
-        again = [entry.request for msg_id, entry in list(owed.items())
-                 if msg_id not in waiting_ids]
-        # A post has no id; a request is kept while still owed.
-        again.extend(item for item in waited
-                     if (msg_id := _request_id(item)) is None or msg_id in owed)
-        self._deferred = [msg_id for item in again if _is_ask(item)
-                          and (msg_id := _request_id(item)) is not None]
+        self._holds.clear()          # held sends are owed: they go again below
+        self._probes.clear()
+        self._deferred = requeue(self._outbox, self._owed)
         self._deferred_at = now + ASK_RESEND_DELAY_S
-        if self._deferred:
-            again = [item for item in again if not _is_ask(item)]
-        # Callers may have appended meanwhile: those go after, in their order.
-        outbox.extendleft(reversed(again))
 
     def _end_inbound(self) -> None:
         if self._msgs or self._events or self._answers:
@@ -347,11 +362,23 @@ class ClientProtocol:
         elif env.get("code") == "not_connected":
             self._step(Input.NOT_CONNECTED, self.last_heard)
         elif re.__class__ is str:
-            owed = self._owed.pop(re, None)
-            if owed is not None:
-                env.pop("v", None)
-                del env["k"]
-                del env["re"]
+            owed = self._owed.get(re)
+            if owed is None:
+                return
+            env.pop("v", None)
+            del env["k"]
+            del env["re"]
+            request = owed.request
+            if request.__class__ is tuple:
+                to = request[0]
+                if env.get("code") == "target_backlogged":
+                    if to not in self._holds.inflight:
+                        self._holds.inflight[to] = self._on_wire(to)
+                    self._holds.hold(to, re, env, self.last_heard)  # still owed
+                    return
+                if self._holds.inflight:
+                    self._holds.answered(to)
+            if self._owed.pop(re, None) is not None:     # close() may have taken it
                 self._answers.append((owed, env))
 
     def _redirected(self, env: dict) -> bool:
@@ -376,11 +403,23 @@ class ClientProtocol:
         # still owed (anything but a str is skipped).
         pop = self._owed.pop
         answers = self._answers
+        counted = self._holds.answered if self._holds.inflight else None
         for msg_id in ids:
             if msg_id.__class__ is str:
                 owed = pop(msg_id, None)
                 if owed is not None:
                     answers.append((owed, {"ok": True, "delivered": True, "messageId": msg_id}))
+                    if counted is not None and owed.request.__class__ is tuple:
+                        counted(owed.request[0])
+
+    def _on_wire(self, to: str) -> int:
+        """Plain sends to ``to`` sent and not answered yet: those owed, less those
+        still queued (counted only when a target first meets a refusal)."""
+        owed = sum(1 for entry in list(self._owed.values())
+                   if entry.request.__class__ is tuple and entry.request[0] == to)
+        queued = sum(1 for item in [*self._outbox, *self._probes]
+                     if item.__class__ is tuple and item[0] == to)
+        return owed - queued
 
     def _on_msg(self, env: dict) -> None:
         self._msgs.append(env)
@@ -404,32 +443,6 @@ class ClientProtocol:
                     if owed is not None:
                         self._answers.append((owed, error.reply()))
 
-
-def _request_id(item: dict | tuple) -> str | None:
-    """The id of a queued request; None for a post (an envelope owed no answer)."""
-    return item[1] if item.__class__ is tuple else item.get("id")
-
-
-def _is_ask(item: dict | tuple) -> bool:
-    """An ask or supervisor ask: the requests that carry their own ``timeout``."""
-    return item.__class__ is not tuple and "timeout" in item and "id" in item
-
-
-def _resend(owed: Owed, now: float) -> dict | tuple:
-    """What to send again for ``owed``: its request, an ask with the rest of its
-    own timeout (``owed.made_at``, when the driver set it, is when it was made), so
-    a reconnect never stretches the ask's deadline."""
-    request = owed.request
-    made_at = getattr(owed, "made_at", None)
-    if made_at is None or not _is_ask(request):
-        return request
-    left = request["timeout"] - (now - made_at)
-    return {**request, "timeout": max(left, _MIN_RESENT_TIMEOUT_S)}
-
-
-# An ask resent at its deadline still goes out with a valid timeout; its caller's own
-# deadline, a few seconds later, ends the wait in any case.
-_MIN_RESENT_TIMEOUT_S = 0.5
 
 # Broker kinds by what reading them does; ``hb`` (and anything unknown) only shows the
 # broker alive.

@@ -379,7 +379,10 @@ class Session(ConversationMethods, HostingMethods):
         round trips. Parameters are checked by the broker. A live delivery resolves
         to ``{"ok": True, "delivered": True, "messageId": id}`` (acknowledged in
         batches), a queued workflow send to the full ``queued`` answer, a failure to
-        the usual error dict.
+        the usual error dict. A target past its backlog bound is waited for, not
+        reported: the send goes again under its id while the target reads
+        (client.backpressure), and fails ``target_backlogged`` only if it takes none
+        for ``CALL_TIMEOUT_S``.
         """
         msg_id = f"{self._bulk_prefix}{self._bulk_next():x}"
         if not attachments and to.__class__ is str and message.__class__ is str:

@@ -288,7 +288,7 @@ class Transport:
         self._io_watch(False)
         try:
             while True:
-                wait_s = TIMER_INTERVAL_S
+                wait_s = self._timer_wait_s()
                 if deadline is not None:
                     wait_s = min(wait_s, deadline - time.monotonic())
                     if wait_s <= 0:
@@ -302,6 +302,14 @@ class Transport:
                     return
         finally:
             self._io_watch(True)
+
+    def _timer_wait_s(self) -> float:
+        """How long the socket's holder may wait before the timers are due: at most
+        TIMER_INTERVAL_S, less when held sends may go again sooner."""
+        due = self._protocol.next_due()
+        if due is None:
+            return TIMER_INTERVAL_S
+        return min(TIMER_INTERVAL_S, max(0.001, due - time.monotonic()))
 
     def _timers(self) -> None:
         """Holding ``_io_lock``: the protocol's timers, then failover if it is due."""
@@ -432,7 +440,7 @@ class Transport:
 
     def _run(self) -> None:
         poll = self._io_poller.poll
-        timeout = TIMER_INTERVAL_S if _EPOLL else TIMER_INTERVAL_S * 1000
+        scale = 1 if _EPOLL else 1000         # epoll takes seconds, poll milliseconds
         lock = self._io_lock
         wake_fd = self._waker.fd
         protocol = self._protocol
@@ -451,7 +459,8 @@ class Transport:
                             self._waker.clear()
                     self._timers()
                     self._service()
-                ready = poll(timeout)
+                    wait = self._timer_wait_s() * scale     # the protocol's: under the lock
+                ready = poll(wait)
         finally:
             with lock:
                 self._stop_watching()

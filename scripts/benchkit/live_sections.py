@@ -230,18 +230,21 @@ def section_latency(h: Harness, cfg: Config, results: Results) -> None:
 
 def measure_ask(h: Harness, router: Proc, responder_role: str, probe_role: str,
                 cfg: Config, probe_endpoint: str | None = None,
-                before_probe: Callable[[str], None] | None = None, **args: Any) -> dict:
+                before_probe: Callable[[str], None] | None = None,
+                spawn: Callable[..., Proc] | None = None, **args: Any) -> dict:
     """One ask run: responder up, probe measures; CPU per round trip of each process.
-    ``probe_endpoint``: the asker's broker, when not the responder's."""
+    ``probe_endpoint``: the asker's broker, when not the responder's; ``spawn(role,
+    **args)``: how roles start (default ``h.spawn_role``)."""
+    spawn = spawn or h.spawn_role
     identity = h._next("responder-")
-    responder = h.spawn_role(responder_role, identity=identity, **args)
+    responder = spawn(responder_role, identity=identity, **args)
     probe = None
     try:
         to = responder.expect("ready", 30).get("session_id") or identity
         if before_probe is not None:
             before_probe(to)
         probe_args = dict(args, endpoint=probe_endpoint) if probe_endpoint else args
-        probe = h.spawn_role(probe_role, to=to, n=cfg.ask_n, warm=cfg.ask_warm, **probe_args)
+        probe = spawn(probe_role, to=to, n=cfg.ask_n, warm=cfg.ask_warm, **probe_args)
         probe.expect("ready", 60)
         cpu0 = proc_cpu_s(router.pid)
         probe.tell("go")
