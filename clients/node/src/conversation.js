@@ -90,7 +90,7 @@ export const ConversationMethods = {
 
   /** Queue a turn in another existing persistent conversation of this agent; answered
    * once the job is stored: {ok: true, queued: true, id, session}. */
-  async invoke({ session, reason } = {}) {
+  async invoke({ session = null, reason = null } = {}) {
     const problem = validate(TOOL_SCHEMAS.invoke, { session, reason });
     if (problem) return errorReply("invalid_params", { detail: problem });
     return this.call("invoke", { session, reason });

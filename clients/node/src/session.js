@@ -328,7 +328,7 @@ export class Session {
 
   /** Ask the session that launched this one and wait for its reply; works across groups.
    * One such wait at a time; it may run beside ordinary asks. */
-  async contactSupervisor({ message, attachments, timeout } = {}) {
+  async contactSupervisor({ message = null, attachments, timeout } = {}) {
     const fields = { action: "ask", message };
     if (attachments !== undefined && attachments !== null) fields.attachments = attachments;
     const problem = intercomParamsProblem(fields);

@@ -315,30 +315,36 @@ export class Transport {
 }
 
 /** Tells a refused CURVE handshake from a broker that is not there yet (client/
- * handshakes.py): watches the socket's handshake events until one succeeds. */
+ * handshakes.py): reads the socket's handshake events until one succeeds.
+ *
+ * The observer is never closed while its socket is open: closing its reading end
+ * first leaves libzmq's I/O thread blocked on the next event (a disconnect), and every
+ * socket of the context stalls. So after the watch ends its events are still read,
+ * and dropped, until the socket closes (which ends the observer too). */
 class HandshakeWatch {
   constructor(sock, hasKeys) {
     this.hasKeys = hasKeys;
     this.failed = 0;
     this.refusal = null;
+    this.watching = true;
     this.listener = null; // told of a refusal
-    this.events = sock.events;
-    this.watch();
+    this.drain(sock.events);
   }
 
   // Read by this loop, not the observer's event-emitter mode: that one leaves its read
   // unhandled when the observer closes.
-  async watch() {
+  async drain(events) {
     try {
-      while (this.events !== null) {
-        const event = await this.events.receive();
+      for (;;) {
+        const event = await events.receive();
+        if (!this.watching) continue;
         if (event.type === "handshake") this.end();
         else if (event.type === "handshake:error:auth") this.refuse("the key is not among the broker's allowed clients");
         else if (event.type === "handshake:error:protocol") this.count(FAILED_IN_A_ROW);
         else if (event.type === "handshake:error:other") this.count(1);
       }
     } catch {
-      // the observer closed (end(), or its socket did)
+      // the socket closed, and its observer with it
     }
   }
 
@@ -352,7 +358,7 @@ class HandshakeWatch {
   }
 
   refuse(why) {
-    if (this.refusal !== null || this.events === null) return;
+    if (this.refusal !== null || !this.watching) return;
     this.refusal = why;
     if (this.listener !== null) this.listener(why);
   }
@@ -363,14 +369,9 @@ class HandshakeWatch {
     return new Promise((resolve) => { this.listener = resolve; });
   }
 
+  /** Stop watching (a handshake succeeded, or the wait for a welcome is over). */
   end() {
-    if (this.events === null) return;
-    const events = this.events;
-    this.events = null;
-    try {
-      if (!events.closed) events.close();
-    } catch {
-      // the monitor went with its socket already
-    }
+    this.watching = false;
+    this.listener = null;
   }
 }
