@@ -23,7 +23,7 @@ export function parse(text) {
     const n = BigInt(token);
     if (n >= BigInt(Number.MIN_SAFE_INTEGER) && n <= BigInt(Number.MAX_SAFE_INTEGER)) return token;
     big.push(n);
-    return `"\u0000bigint${big.length - 1}\u0000"`;
+    return `"\\u0000bigint${big.length - 1}\\u0000"`; // JSON escapes: NUL in the parsed string
   });
   if (!big.length) return JSON.parse(text);
   return JSON.parse(marked, (_key, item) => {

@@ -3,6 +3,11 @@
 
 import { pyStr } from "./errors.js";
 
+// The last stamp made: a burst of messages shares its second, and formatting the date
+// is most of what rendering a plain body costs.
+let lastSecond = null;
+let lastStamp = "";
+
 function stamp(sentAt) {
   if (typeof sentAt === "bigint") sentAt = Number(sentAt);
   if (typeof sentAt !== "number" || !Number.isFinite(sentAt)) return "unknown time";
@@ -10,11 +15,14 @@ function stamp(sentAt) {
   // which rounds up into it (whole microseconds).
   let second = Math.floor(sentAt);
   if (sentAt - second >= 0.999999) second = Math.floor(Math.round(sentAt * 1e6) / 1e6);
+  if (second === lastSecond) return lastStamp;
   const date = new Date(second * 1000);
   if (Number.isNaN(date.getTime())) return "unknown time";
   const iso = date.toISOString(); // YYYY-MM-DDTHH:MM:SS.sssZ
   if (iso.length !== 24) return "unknown time";
-  return `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC`;
+  lastSecond = second;
+  lastStamp = `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC`;
+  return lastStamp;
 }
 
 /** Attachments in order, duplicates kept, each fenced with its name. */

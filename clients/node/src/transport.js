@@ -8,7 +8,8 @@
 //   everything goes through one pump, which takes the protocol's frames and awaits
 //   each send in turn. Requests queue in the protocol's outbox meanwhile; the pump is
 //   kicked on the next turn of the event loop (setImmediate), so the requests made in
-//   one synchronous run leave together, runs of plain sends as one `sends` envelope.
+//   one synchronous run leave together, runs of plain sends as one `sends` envelope
+//   (every FLUSH_EVERY queued, at once, so a long run does not wait for its end).
 // * One receive in flight: the read loop awaits one frame at a time, hands it to the
 //   protocol and acts on what it reports: messages and events are handed on before
 //   the answers read with or after them resolve.
@@ -33,6 +34,10 @@ export const FAILOVER_S = 1.0;
 // Frames ZeroMQ queues unread: enough to keep a reader busy, few enough that a paused
 // reader does not hold a backlog itself (the broker holds it instead).
 const RCVHWM = 32;
+// Pipelined requests queued before they are sent without waiting for the next turn of
+// the event loop: a sender that queues thousands in one run keeps the broker busy with
+// the first ones meanwhile (the Python client's IO thread takes its turn as often).
+const FLUSH_EVERY = 256;
 // Handshakes in a row that may fail before that is taken for a refusal.
 const FAILED_IN_A_ROW = 3;
 
@@ -115,6 +120,7 @@ export class Transport {
     return new Promise((resolve) => {
       const refusal = this.protocol.request(msgId, { request: item, settle: resolve });
       if (refusal !== null) resolve(refusal);
+      else if (this.protocol.outbox.length >= FLUSH_EVERY && this.pumping === null) this.pump();
       else this.kick();
     });
   }
@@ -154,7 +160,9 @@ export class Transport {
         resolve(null);
       }, timeoutS * 1000);
       this.roomMade(); // a waiting call may read into the reserve
-      this.kick();
+      // Someone waits for this one: it leaves now, not on the next turn of the loop.
+      if (this.pumping === null) this.pump();
+      else this.kick();
     });
   }
 
