@@ -88,13 +88,8 @@ def open_bus(*extra: str) -> Callable:
 
 @pytest.fixture(scope="module")
 def module_bus():
-    """One broker for a whole module: scenarios isolate themselves with unique names."""
-    yield from open_bus()
-
-
-@pytest.fixture(scope="module")
-def big_bus():
-    """One broker whose backlog bound is past 2**53 (see BIG_BACKLOG_BYTES)."""
+    """One broker for a whole module (scenarios isolate themselves with unique names),
+    its backlog bound past 2**53 (see BIG_BACKLOG_BYTES)."""
     yield from open_bus("--max-backlog-bytes", str(BIG_BACKLOG_BYTES))
 
 

@@ -273,6 +273,10 @@ export class Session {
         result = await this.call("call", params, LIMITS.CALL_TIMEOUT_S - STATUS_TIMEOUT_S);
       }
       if (result.code !== "broker_unavailable") return result;
+    } else {
+      // Answered from this side at once: a caller polling status in a loop must still
+      // let the event loop run the reconnect it waits for.
+      await new Promise((resolve) => setImmediate(resolve));
     }
     return {
       ok: true, connected: false, since: this.transport.silentSince(), sessionId: this.id, name: this.name,

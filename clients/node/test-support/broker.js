@@ -22,8 +22,8 @@ export async function startBroker(...extra) {
   }
   return {
     dir, endpoint,
-    async stop() {
-      if (proc.exitCode === null) proc.kill("SIGTERM");
+    async stop(signal = "SIGTERM") {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
       await exited;
       rmSync(dir, { recursive: true, force: true });
     },
