@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Iterator
 
 import pytest
 
@@ -47,6 +47,9 @@ def node_ready() -> str:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.fail("node and npm are required (Node 20+): apt-get install nodejs npm")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    if int(version.lstrip("v").split(".")[0]) < 20:
+        pytest.fail(f"Node 20+ is required, found {version}")
     with open(NODE_DIR / ".npm-ci.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         npm_ci_if_stale(npm)
@@ -75,7 +78,7 @@ def prepare_agent(data_dir: Path) -> None:
     (config / "tools.toml").write_text("invoke = true\n")
 
 
-def open_bus(*extra: str) -> Callable:
+def open_bus(*extra: str) -> Iterator[Bus]:
     path = Path(tempfile.mkdtemp(prefix="ic-", dir="/tmp"))
     prepare_agent(path)
     bus = Bus(start_broker(path, *extra), extra)

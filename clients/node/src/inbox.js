@@ -11,11 +11,18 @@ export const MESSAGE_OVERHEAD_BYTES = 200;
 // Ids of messages handed out, remembered to drop a resent copy.
 const RECENT_IDS = 4096;
 
+// Takes answered at once in a row before one waits for the next turn of the event loop:
+// a consumer draining a long backlog in a loop of `await take()` runs on microtasks
+// alone, and would otherwise keep the timers (heartbeats) and the socket waiting until
+// the backlog is empty; a broker that hears nothing for 3 s takes the session for gone.
+const YIELD_EVERY = 64;
+
 export class Waitable {
   constructor() {
     this.items = [];
     this.head = 0; // items before it were taken (compacted now and then)
     this.waiters = []; // resolve functions of takers waiting, oldest first
+    this.inARow = 0; // takes answered at once since the last turn of the event loop
   }
 
   get length() {
@@ -44,7 +51,12 @@ export class Waitable {
       return Promise.reject(new RangeError("timeout must be a non-negative number of seconds"));
     }
     const item = this.popLeft();
-    if (item !== undefined) return Promise.resolve(this.taken(item));
+    if (item !== undefined) {
+      if (++this.inARow < YIELD_EVERY) return Promise.resolve(this.taken(item));
+      this.inARow = 0;
+      return new Promise((resolve) => setImmediate(() => resolve(this.taken(item))));
+    }
+    this.inARow = 0;
     if (timeout === 0) return Promise.resolve(null);
     return new Promise((resolve) => {
       let timer = null;

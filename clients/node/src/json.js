@@ -18,7 +18,7 @@ export function stringify(value) {
 export function parse(text) {
   const big = [];
   // Quote long integer literals outside strings, then turn the marks back into BigInt.
-  const marked = text.replace(/"(?:[^"\\]|\\.)*"|-?\d{16,}(?![.\deE])/g, (token) => {
+  const marked = text.replace(/"(?:[^"\\]|\\.)*"|(?<![\w.+-])-?\d{16,}(?![\w.])/g, (token) => {
     if (token.startsWith('"')) return token;
     const n = BigInt(token);
     if (n >= BigInt(Number.MIN_SAFE_INTEGER) && n <= BigInt(Number.MAX_SAFE_INTEGER)) return token;

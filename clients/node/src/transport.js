@@ -20,7 +20,10 @@
 //   broker; the protocol then takes no silence for a dead broker. A take from the
 //   inbox (roomMade) resumes reading once there is room.
 // * Timers run every TIMER_INTERVAL_S: heartbeats (with the bytes read, the broker's
-//   backlog count), the liveness check, deferred asks, failover.
+//   backlog count), the liveness check, deferred asks, failover. Nothing here keeps the
+//   event loop from turning for long (the read loop yields every READ_YIELD_EVERY
+//   frames, the inbox every few takes), but an application that blocks it for over 3 s
+//   is taken for gone by the broker, and says hello again after.
 // * Close: the pump flushes what is queued, the socket closes, then every owed
 //   request fails with session_closed.
 
@@ -38,6 +41,11 @@ const RCVHWM = 32;
 // the event loop: a sender that queues thousands in one run keeps the broker busy with
 // the first ones meanwhile (the Python client's IO thread takes its turn as often).
 const FLUSH_EVERY = 256;
+// Frames read in a row before the read loop lets the event loop turn: zeromq.js answers
+// a receive() at once while frames wait, so under a steady stream the loop would run on
+// microtasks alone and starve the timers (heartbeats: a broker that hears nothing for
+// 3 s takes the session for gone) and everything else the application runs.
+const READ_YIELD_EVERY = 32;
 // Handshakes in a row that may fail before that is taken for a refusal.
 const FAILED_IN_A_ROW = 3;
 
@@ -235,7 +243,13 @@ export class Transport {
 
   async readLoop() {
     const protocol = this.protocol;
+    let inARow = 0;
     while (!this.closing) {
+      if (++inARow >= READ_YIELD_EVERY) {
+        inARow = 0;
+        await new Promise((resolve) => setImmediate(resolve));
+        continue;
+      }
       if (!this.mayRead()) {
         protocol.readingPaused = true;
         await new Promise((resolve) => { this.resume = resolve; });

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import { Client } from "../src/index.js";
 import { startBroker } from "../test-support/broker.js";
 
-test("a session whose broker is killed moves to the other broker with its id and groups", async () => {
+test("a session whose broker is killed moves to the other broker with its id and groups", { timeout: 90_000 }, async () => {
   const shared = mkdtempSync("/tmp/ic-db-");
   const [first, second] = await Promise.all([startBroker("--db", `${shared}/bus.db`),
     startBroker("--db", `${shared}/bus.db`)]);

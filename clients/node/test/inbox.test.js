@@ -44,4 +44,6 @@ test("JSON text keeps 64-bit integers exact both ways", () => {
   const text = stringify(value);
   assert.equal(text, '{"big":9223372036854775807,"small":5,"text":"9007199254740993","list":[-9223372036854775808]}');
   assert.deepEqual(parse(text), value);
+  assert.deepEqual(parse('[0.12345678901234567, 1e12345678901234567, "12345678901234567890"]'),
+    [0.12345678901234567, Infinity, "12345678901234567890"]);
 });

@@ -35,14 +35,14 @@ before(async () => { // the brokers start side by side
   keys = makeKeys(mkdtempSync("/tmp/ic-keys-"));
   [broker, small, curved] = await Promise.all([startBroker(), startBroker("--max-backlog-bytes", "65536"),
     startBroker("--curve", keys.dir)]);
-});
+}, { timeout: 120_000 });
 after(async () => {
   await Promise.all(opened.map((s) => s.close()));
   await Promise.all([broker, small, curved].map((b) => b?.stop()));
   rmSync(keys.dir, { recursive: true, force: true });
 });
 
-test("pipelined sends and calls made at once all leave through one send at a time, in order", async () => {
+test("pipelined sends and calls made at once all leave through one send at a time, in order", { timeout: 60_000 }, async () => {
   const sender = await connect("sender");
   const receiver = await connect("receiver");
   const sends = Array.from({ length: 3000 }, (_, i) => sender.sendNowait("receiver", `m${i}`));
@@ -52,7 +52,7 @@ test("pipelined sends and calls made at once all leave through one send at a tim
   for (let i = 0; i < 3000; i++) assert.equal((await receiver.receive({ timeout: 10 })).message, `m${i}`);
 });
 
-test("a full inbox pauses reading, a call is still answered from the reserve, and nothing is lost", async () => {
+test("a full inbox pauses reading, a call is still answered from the reserve, and nothing is lost", { timeout: 60_000 }, async () => {
   const sender = await connect("flood");
   const reader = await connect("slow", { inboxLimitBytes: 20_000 });
   const text = "x".repeat(100);
@@ -76,7 +76,7 @@ test("a full inbox pauses reading, a call is still answered from the reserve, an
   assert.equal(reader.inboxStatistics().paused, false);
 });
 
-test("reads are reported, so a reader taking far more than the broker's backlog bound is never refused", async () => {
+test("reads are reported, so a reader taking far more than the broker's backlog bound is never refused", { timeout: 60_000 }, async () => {
   const sessions = [];
   try {
     const at = async (name) => {
@@ -101,14 +101,14 @@ test("reads are reported, so a reader taking far more than the broker's backlog 
   }
 });
 
-test("nothing listening at the endpoint fails at once with no_broker", async () => {
+test("nothing listening at the endpoint fails at once with no_broker", { timeout: 60_000 }, async () => {
   const started = performance.now();
   await assert.rejects(Client.connect({ name: "x", endpoint: `ipc://${broker.dir}/nobody.sock`, timeout: 15 }),
     (err) => err instanceof ConnectError && err.code === "no_broker");
   assert.ok(performance.now() - started < 5000);
 });
 
-test("under CURVE the right keys connect and a wrong broker key fails auth_failed, not at the timeout", async () => {
+test("under CURVE the right keys connect and a wrong broker key fails auth_failed, not at the timeout", { timeout: 60_000 }, async () => {
   const { serverKey, publicKey, secretKey } = keys;
   try {
     const options = { name: "sealed", endpoint: curved.endpoint, timeout: 15, curvePublicKey: publicKey, curveSecretKey: secretKey };
