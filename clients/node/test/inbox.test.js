@@ -47,3 +47,16 @@ test("JSON text keeps 64-bit integers exact both ways", () => {
   assert.deepEqual(parse('[0.12345678901234567, 1e12345678901234567, "12345678901234567890"]'),
     [0.12345678901234567, Infinity, "12345678901234567890"]);
 });
+
+test("draining a long backlog lets the event loop turn (timers, the socket) every few takes", async () => {
+  const inbox = new Inbox();
+  inbox.putAll(Array.from({ length: 500 }, (_, i) => ({ id: String(i), message: "" })));
+  let turned = false;
+  setImmediate(() => { turned = true; });
+  let firstAfterTurn = null;
+  for (let i = 0; i < 500; i++) {
+    assert.equal((await inbox.take(0)).id, String(i));
+    if (turned && firstAfterTurn === null) firstAfterTurn = i;
+  }
+  assert.ok(firstAfterTurn !== null && firstAfterTurn < 100, `the loop turned only at take ${firstAfterTurn}`);
+});
