@@ -33,8 +33,10 @@ function makeKeys(dir) {
 
 before(async () => { // the brokers start side by side
   keys = makeKeys(mkdtempSync("/tmp/ic-keys-"));
-  [broker, small, curved] = await Promise.all([startBroker(), startBroker("--max-backlog-bytes", "65536"),
+  const started = await Promise.allSettled([startBroker(), startBroker("--max-backlog-bytes", "65536"),
     startBroker("--curve", keys.dir)]);
+  [broker, small, curved] = started.map((one) => one.value); // after() stops those that started
+  for (const one of started) if (one.status === "rejected") throw one.reason;
 }, { timeout: 120_000 });
 after(async () => {
   await Promise.all(opened.map((s) => s.close()));
