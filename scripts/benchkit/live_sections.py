@@ -72,23 +72,27 @@ def measure_bus_throughput(h: Harness, broker: Proc, ep: Endpoints, n_senders: i
                            cfg: Config, *,
                            mode: str = "pipelined", count: int | None = None,
                            warm: int | None = None, sender_endpoint: str | None = None,
-                           before_senders: Callable[[str], None] | None = None) -> dict:
+                           before_senders: Callable[[str], None] | None = None,
+                           spawn: Callable[..., Proc] | None = None) -> dict:
     """``sender_endpoint``: the senders' broker, when not the receiver's (another broker
-    on the same database); ``before_senders(receiver id)`` runs before they start."""
+    on the same database); ``before_senders(receiver id)`` runs before they start;
+    ``spawn(role, **args)`` starts the roles (default: ``h.spawn_role``, the Python
+    client's; ``scripts/bench_node.py`` passes the Node client's)."""
+    spawn = spawn or h.spawn_role
     count = count or cfg.count
     warm = cfg.warm if warm is None else warm
-    receiver = h.spawn_role("bus_receiver", endpoint=ep.router, warm=warm, count=count,
-                            timeout_s=cfg.run_timeout_s)
+    receiver = spawn("bus_receiver", endpoint=ep.router, warm=warm, count=count,
+                     timeout_s=cfg.run_timeout_s)
     senders: list[Proc] = []
     try:
         to = receiver.expect("ready", 30)["session_id"]
         if before_senders is not None:
             before_senders(to)
         for w, c in zip(split_evenly(warm, n_senders), split_evenly(count, n_senders)):
-            senders.append(h.spawn_role("bus_sender", endpoint=sender_endpoint or ep.router,
-                                        to=to, warm=w,
-                                        count=c, size=MESSAGE_BYTES, mode=mode,
-                                        window=cfg.window))
+            senders.append(spawn("bus_sender", endpoint=sender_endpoint or ep.router,
+                                 to=to, warm=w,
+                                 count=c, size=MESSAGE_BYTES, mode=mode,
+                                 window=cfg.window))
     except BaseException:
         h.reap([receiver, *senders], timeout=0)
         raise
