@@ -12,12 +12,11 @@ import time
 
 import pytest
 
+from tests.conftest import LIVENESS_S   # the window the test brokers run with
 from tests.integration.conftest import drain_events, summary, wait_for_event
 from tests.integration.multi_broker import Cluster, PubTail, others_live, sees, wait_until
 
 pytestmark = pytest.mark.timeout(90)
-
-LIVENESS_S = 3.0
 
 
 @pytest.fixture
