@@ -33,6 +33,20 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
                           str(Path(tempfile.gettempdir()) / f"intercom-pycache-{os.getuid()}"))
 
 
+def pytest_collection_modifyitems(items):
+    """Long tests first: xdist hands tests out in this order, and a long one handed
+    out last keeps one worker busy after the others ran out of work. Property tests
+    (hypothesis) run for seconds of CPU and integration tests wait on processes; unit
+    tests are short and fill the gaps at the end. The sort is stable, so each file's
+    tests keep their order."""
+    def rank(item) -> int:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            return 0
+        return 1 if "integration" in item.path.parts else 2
+
+    items.sort(key=rank)
+
+
 @dataclass
 class BrokerProcess:
     proc: subprocess.Popen
