@@ -2,7 +2,7 @@
 
 :class:`ClientProtocol` has no socket, thread or clock (the h11 model). Its driver
 hands it every frame the broker sends with the monotonic time (:meth:`receive_frame`),
-calls :meth:`timers` at least every ``TIMER_INTERVAL_S``, sends the frames of
+calls :meth:`timers` at least every :attr:`~ClientProtocol.timer_interval_s`, sends the frames of
 :meth:`frames_to_send`, and acts on :meth:`next_events` in their order:
 :class:`Inbound` (queue its messages and presence events, then resolve its answers)
 and :class:`Welcome` (the broker's answer to a hello).
@@ -28,6 +28,9 @@ Theory of operation:
   sessions that said hello again, and its answer to an id is final (a retry gets
   the same one), so an ask resent before its target is back would fail for good.
 * What arrived before a welcome is reported before it, what arrived after, after it.
+* The broker's welcome names its liveness window (``livenessS``): the session says
+  it is alive every third of it (:func:`~schemas.limits.heartbeat_s`) and takes the
+  broker for gone after hearing nothing for that long. Until a welcome, the defaults.
 * While the driver pauses reading (its inbox is full) silence proves nothing: the
   broker's frames wait unread, so SILENCE is not an input then.
 * Closing is a latch outside the state machine (any thread sets it): every owed
@@ -44,20 +47,20 @@ is the socket side: one thread at a time, the one the driver lets touch the sock
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from schemas.errors import REDIRECTS, BusError
 from schemas.limits import (HEARTBEAT_S, LIVENESS_S, MAX_BACKLOG_BYTES, MAX_FRAME_BYTES,
-                            MAX_INBOUND_FRAME_BYTES)
+                            MAX_INBOUND_FRAME_BYTES, MIN_LIVENESS_S, heartbeat_s)
 from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
 
 from .backpressure import Holds
 from .requeue import requeue, resend
 from .wire import expand_msgs, take_envelopes
 
-TIMER_INTERVAL_S = HEARTBEAT_S / 2     # the longest a driver may go without timers()
 DEFAULT_REPORT_BYTES = MAX_BACKLOG_BYTES // 8   # until a welcome tells the broker's bound
 # A live peer says hello to a restarted broker within a heartbeat (answered
 # not_connected) and a reconnect interval (at most 1 s): twice that, and a little.
@@ -85,7 +88,7 @@ class Input(enum.Enum):
     WELCOME = "welcome"              # the current hello answered ok
     REFUSAL = "refusal"              # the current hello answered with an error
     NOT_CONNECTED = "not_connected"  # a request answered not_connected: broker forgot us
-    SILENCE = "silence"              # nothing heard from the broker for LIVENESS_S
+    SILENCE = "silence"              # nothing heard from the broker for its liveness window
     RESYNC = "resync"                # the welcome missed a change acknowledged meanwhile
 
 
@@ -141,6 +144,8 @@ class ClientProtocol:
         self._redirects = 0
         self._hello_at: float | None = None
         self._heartbeat_due = False
+        self.liveness_s = LIVENESS_S           # the broker's window, from its welcome
+        self._heartbeat_s = HEARTBEAT_S
         # Bytes read since the hello, and as last told: the broker bounds what this
         # session may leave unread (its backlog), so reads are reported as they go.
         self.read_bytes = 0
@@ -258,15 +263,15 @@ class ClientProtocol:
                     handler(self, env)
 
     def timers(self, now: float) -> None:
-        """A heartbeat is due after HEARTBEAT_S without sending; a connected session
-        that heard nothing for LIVENESS_S assumes the broker restarted or forgot it,
-        and says hello again."""
-        if now - self._last_sent >= HEARTBEAT_S:
+        """A heartbeat is due after a third of the liveness window without sending; a
+        connected session that heard nothing for the window assumes the broker
+        restarted or forgot it, and says hello again."""
+        if now - self._last_sent >= self._heartbeat_s:
             self._heartbeat_due = True
         if self._hello_at is not None and now >= self._hello_at:
             self._hello_at = None
             self._hello_due = True
-        if now - self.last_heard > LIVENESS_S and not self.reading_paused:
+        if now - self.last_heard > self.liveness_s and not self.reading_paused:
             self._step(Input.SILENCE, now)
         if self._deferred and now >= self._deferred_at and self.state is State.CONNECTED:
             owed = self._owed
@@ -280,6 +285,11 @@ class ClientProtocol:
         """The monotonic time held sends may go again, if any (the driver's timers
         must run then, not only every TIMER_INTERVAL_S)."""
         return self._holds.next_due()
+
+    @property
+    def timer_interval_s(self) -> float:
+        """The longest a driver may go without calling :meth:`timers`."""
+        return self._heartbeat_s / 2
 
     def resume_reading(self, now: float) -> None:
         """The driver reads again: the broker's silence counts from now."""
@@ -356,6 +366,10 @@ class ClientProtocol:
             bound = env.get("backlogBytes")
             if bound.__class__ is int and bound > 0:
                 self._report_every = max(1, bound // 8)
+            window = env.get("livenessS")
+            if window.__class__ in (int, float) and math.isfinite(window):
+                self.liveness_s = max(float(window), MIN_LIVENESS_S)
+                self._heartbeat_s = heartbeat_s(self.liveness_s)
             if env.get("ok"):
                 self._redirects = 0
             self._step(Input.WELCOME if env.get("ok") else Input.REFUSAL, self.last_heard)

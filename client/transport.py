@@ -17,7 +17,7 @@ Invariants:
   whoever releases the lock has just seen ZMQ_EVENTS without POLLIN after its last
   send: anything that arrives later signals the IO thread.
 * The IO thread sleeps in epoll on ZMQ_FD and the waker *without* the lock, waking at
-  least every ``TIMER_INTERVAL_S`` for the timers. A leader switches ZMQ_FD off there
+  least every ``timer_interval_s`` for the timers. A leader switches ZMQ_FD off there
   while it leads, so its answer does not wake the IO thread too, and on again after
   (level-triggered: that wakes the IO thread at once if input waits).
 * Any thread may queue (``request``, ``request_send``, ``post``): the protocol's
@@ -49,7 +49,7 @@ import zmq
 
 from schemas.limits import MAX_INBOUND_FRAME_BYTES
 
-from .protocol import TIMER_INTERVAL_S, ClientProtocol, Inbound, State
+from .protocol import ClientProtocol, Inbound, State
 from .handshakes import HandshakeWatch
 from .keys import CurveKeys
 from .replies import FINISHED, PENDING, Reply, resolve
@@ -305,11 +305,12 @@ class Transport:
 
     def _timer_wait_s(self) -> float:
         """How long the socket's holder may wait before the timers are due: at most
-        TIMER_INTERVAL_S, less when held sends may go again sooner."""
+        the protocol's timer interval, less when held sends may go again sooner."""
+        interval = self._protocol.timer_interval_s     # the welcome may change it
         due = self._protocol.next_due()
         if due is None:
-            return TIMER_INTERVAL_S
-        return min(TIMER_INTERVAL_S, max(0.001, due - time.monotonic()))
+            return interval
+        return min(interval, max(0.001, due - time.monotonic()))
 
     def _timers(self) -> None:
         """Holding ``_io_lock``: the protocol's timers, then failover if it is due."""

@@ -212,7 +212,8 @@ CLIENT_KINDS: tuple[Kind, ...] = (
     Kind("delete", CLIENT, "Delete this persistent session's record, recovery row and queued "
          "invocations; the live session goes on as ephemeral.", (), request=True),
     Kind("bye", CLIENT, "Close the session now."),
-    Kind("hb", CLIENT, "Heartbeat; answered with ``hb``. Also sent whenever ``read`` has "
+    Kind("hb", CLIENT, "Heartbeat, due after a third of the welcome's ``livenessS`` (at "
+         "most 1 s) without sending; answered with ``hb``. Also sent whenever ``read`` has "
          "grown by an eighth of the welcome's ``backlogBytes``.", (
         _f("read", int, "bytes of frames this connection has read since its hello "
            "(the broker's backlog bound counts sent minus read)"),

@@ -73,6 +73,7 @@ class Limits:
     max_groups: int = limits.MAX_GROUPS
     max_conversations: int = limits.MAX_CONVERSATIONS
     host_lease_s: float = limits.LEASE_S   # a run whose host left stays as it was this long
+    adopt_grace_s: float = limits.ADOPT_GRACE_S   # a dead broker's runs wait this long for their host
     max_identities: int = limits.MAX_IDENTITIES   # who held which id, remembered (see identities)
 
 
