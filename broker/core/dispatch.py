@@ -18,8 +18,9 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from . import (authority, connect, control, conversations, forwarding, grants, hosting, invoking,
-               membership, messaging, ownership, stages)
+from . import (acting, authority, connect, control, conversations, forwarding, grants, hosting,
+               invoking, membership, messaging, ownership, stages)
+from .overview import overview
 from .recovery import recovery
 from .respond import ack_output, respond
 from .params import tool_params
@@ -41,9 +42,13 @@ def _call(state: State, session, env: dict, re: str, now: float) -> None:
     if handler is None:
         raise BusError("unknown_action", action=action)
     params = tool_params(env)
-    answer = handler(state, session, params, re, now, env)
+    # A control connection acts as itself or for the session it proved (control.actor).
+    actor = control.actor(state, session, action) if session.is_control else session
+    answer = handler(state, actor, params, re, now, env)
     if answer is not None:
         state.answer(session, re, answer, quiet=env.get("quiet") is True)
+        if actor is not session:
+            acting.acted(state, actor, action, answer)
 
 
 def _workflow(state: State, session, env: dict, re: str, now: float) -> None:
@@ -86,6 +91,7 @@ KINDS: dict[str, Route] = {
     "respond": Route(respond, "a respond needs a string id"),
     "ack_output": Route(ack_output, "ack_output needs a string id"),
     "sessions": Route(conversations.sessions, "a sessions request needs a string id"),
+    "overview": Route(overview, "an overview request needs a string id"),
     "invoke": Route(invoking.invoke, "an invoke needs a string id"),
     "finish_invocation": Route(invoking.finish, "finish_invocation needs a string id"),
     "turn": Route(conversations.turn),

@@ -125,6 +125,8 @@ def to_broker(state: State, session: Session, target: Session, env: dict, ids: l
 
 def _hand(state: State, session: Session, broker_id: str, name: str, env: dict,
           ids: list, again: bool = False) -> bool:
+    if session.is_control:       # never told to other brokers: no mirror there to answer
+        raise BusError("control_other_broker", name=name, broker=broker_id)
     mine = state.cluster.forwarded.setdefault(session.id, {})
     kept = env if again else None
     for request_id in ids:

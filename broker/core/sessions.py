@@ -63,6 +63,10 @@ class Session:
     sent_bytes: int = 0                     # written to its connection (broker.core.backlog)
     read_bytes: int = 0                     # of which its client reported read
     serial: int = 0                         # the registry's count when it was added
+    # A control connection's: the session it acts for, and the broker's operator (acting)
+    acts_for: str | None = None
+    acts_for_token: str | None = None
+    operator: bool = False
 
     @property
     def stage(self) -> str | None:
