@@ -90,7 +90,7 @@ class Client:
                 curve_secret_key: str | None = None,
                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
                 persistent: bool = True, cwd: str | os.PathLike | None = None,
-                auto_start: bool = True) -> Session:
+                auto_start: bool = True, act_for: dict | None = None) -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``endpoint`` is one broker's ROUTER endpoint or several (a list, or text with
@@ -129,10 +129,13 @@ class Client:
         ``cwd`` is the working directory other sessions see in this one's ``list`` row
         (default: this process's, ``os.getcwd()``).
 
-        ``kind="control"`` opens a control connection: a read-only look (``list``,
-        ``groups``, ``status``, ``list_sessions(agent=...)``) that no other session
-        lists, hears of or can message, and that is never a conversation (no
-        ``agent``, ``channel``, ``stage``, ``parent`` or ``grant``); see
+        ``kind="control"`` opens a control connection that no other session lists,
+        hears of or can message, and that is never a conversation (no ``agent``,
+        ``channel``, ``stage``, ``parent`` or ``grant``): it reads (``list``,
+        ``groups``, ``status``, ``list_sessions(agent=...)``, the operator's
+        ``overview()``) and sends and asks as itself. With ``act_for`` (a live
+        session's ``intercom_session_identity`` entry) it makes ``reply``,
+        ``pending``, ``join`` and ``leave`` for that session; see
         ``broker.core.control``.
         """
         if kind not in SESSION_KINDS:
@@ -171,7 +174,8 @@ class Client:
                           confirm=confirm, grant=grant, token=token,
                           history=History(history, history_file), curve=curve,
                           inbox_limit_bytes=inbox_limit_bytes, channel=channel,
-                          persistent=persistent, cwd=working_directory(cwd))
+                          persistent=persistent, cwd=working_directory(cwd),
+                          act_for=act_for)
         session._wait_welcome(timeout)
         return session
 
