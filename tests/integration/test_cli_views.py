@@ -4,13 +4,15 @@
 
 from __future__ import annotations
 
-import json
+import os
+import pty
 import re
+import subprocess
 
 import pytest
 
-from .cli_helpers import run_cli
-from .conftest import ROOT, drain_events, unique
+from .cli_helpers import CLI, run_cli
+from .conftest import ROOT, child_env, drain_events, unique
 
 ESCAPE = "\x1b["
 
@@ -132,3 +134,36 @@ def test_runs_shows_every_run_with_its_stages_and_queued_counts(bus, tmp_path):
     raw = cli(bus, tmp_path, "runs", "--json").json()
     (run,) = [r for r in raw["workflows"] if r["runId"] == run_id]
     assert [s["queued"] for s in run["stages"]] == [1, 2]
+
+
+def test_a_terminal_gets_colour_and_no_color_turns_it_off(bus, tmp_path):
+    bus.connect("alice")
+    for extra, coloured in (({}, True), ({"NO_COLOR": "1"}, False)):
+        leader, follower = pty.openpty()
+        try:
+            done = subprocess.run([*CLI, "--endpoint", bus.endpoint, "--as-group", bus.group,
+                                   "list"], cwd=ROOT, env=child_env(tmp_path, **extra),
+                                  stdout=follower, stderr=subprocess.PIPE, timeout=60)
+            os.close(follower)
+            follower = None
+            out = _read_all(leader)
+        finally:
+            os.close(leader)
+            if follower is not None:
+                os.close(follower)
+        assert done.returncode == 0, done.stderr
+        assert ("\x1b[32midle\x1b[0m" in out) is coloured and (ESCAPE in out) is coloured, out
+        assert "alice" in out
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:          # EIO: the terminal's other side is closed, all was read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()

@@ -188,3 +188,19 @@ def test_the_overview_shows_every_run_with_its_stages_and_queued_counts():
     assert [(s["target"], s["label"], s["queued"]) for s in run["stages"]] == \
         [("workflow:r1/plan", "PENDING", 0), ("workflow:r1/build", "PENDING", 1)]
     assert bus.call(b"alice", "list")["sessions"] == []          # alice sees no run
+
+
+# -- several brokers ------------------------------------------------------------------------
+
+def test_a_send_from_a_control_connection_to_another_brokers_session_is_refused_at_once():
+    from tests.unit.test_links import Pair
+
+    pair = Pair()
+    pair.link()
+    pair.hello(pair.b, "bob", group="team")
+    pair.hello(pair.a, "cli", group="team", **CONTROL)
+    for action in ("send", "ask"):
+        out = pair.call(pair.a, b"cli", action, f"{action}-1", to="bob", message="hi")
+        refused = result_for(out, b"cli", f"{action}-1")
+        assert refused["code"] == "control_other_broker" and "'bob'" in refused["error"], refused
+    assert pair.sent(pair.b, b"bob", "msg") == []
