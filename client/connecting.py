@@ -12,6 +12,7 @@ from schemas.config import Config, load_config
 from schemas.errors import error_text
 from schemas.limits import CALL_TIMEOUT_S, MAX_CWD_CHARS
 from schemas.paths import data_dir, router_endpoint
+from schemas.names import CONTROL
 from schemas.protocol import SESSION_KINDS
 
 from . import autostart, reach
@@ -114,7 +115,8 @@ class Client:
         ``receive()`` (see :meth:`Session.inbox_statistics`; 0: no bound): past it the
         session stops reading from the broker until messages are taken. Raises ConnectError when the broker refuses
         (``.code``: ``grant_required``, ``invalid_grant``, ``auth_failed``, ...) or does
-        not answer, and ValueError for a bad ``kind`` or incomplete CURVE keys.
+        not answer, and ValueError for a bad ``kind``, incomplete CURVE keys, or
+        ``act_for`` without ``kind="control"``.
 
         With ``agent``, the session is one conversation of that agent: ``channel`` its
         channel id (``discord:...``, ``remote:...``; default ``internal:<session id>``),
@@ -140,6 +142,8 @@ class Client:
         """
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
+        if act_for is not None and kind != CONTROL:
+            raise ValueError("act_for is for control connections (kind='control')")
         if config is None:
             config, problem = load_config(config_path)
             if problem and problem not in _reported_config_problems:
