@@ -51,6 +51,17 @@ def test_send_dash_reads_the_message_from_stdin(bus, tmp_path):
     assert alice.receive(timeout=10)["message"] == "two\nlines"
 
 
+def test_send_to_a_pending_stage_from_the_runs_group_is_queued(bus, tmp_path):
+    run_id = unique("run")
+    host = bus.connect("host")
+    assert host.register_run(run_id, [{"name": "build"}])["ok"]
+    ran = run_cli(tmp_path, "--endpoint", bus.endpoint, "--as-group", f"workflow:{run_id}",
+                  "send", f"workflow:{run_id}/build", "use the cache")
+    assert (ran.code, ran.out) == (0, f"queued for workflow:{run_id}/build (position 1)\n"), ran
+    (stage,) = host.intercom(action="list")["workflows"][0]["stages"]
+    assert stage["queued"] == 1
+
+
 def test_a_refused_send_is_one_line_with_code_and_text_and_exit_1(bus, tmp_path):
     ran = cli(bus, tmp_path, "send", "nobody-here", "hi")
     assert (ran.code, ran.out) == (1, ""), ran
