@@ -4,9 +4,9 @@
 ``DIR/broker.key_secret`` and a pair per client under ``DIR/clients/`` (pyzmq's
 ``zmq.auth`` certificate format; secret files mode 0600). ``python -m broker --curve
 DIR`` makes the ROUTER and PUB sockets CURVE servers with the broker's pair and
-allows exactly the public keys in ``DIR/clients/`` (re-read on SIGHUP) and those of
+allows exactly the public keys in ``DIR/clients/`` (re-read on SIGHUP), those of
 the other brokers on its database, as their lease rows name them (updated each time
-the shell reads the rows). Its links to those brokers are CURVE clients with the same
+the shell reads the rows), and its own (the operator's, see broker.core.acting). Its links to those brokers are CURVE clients with the same
 pair (:meth:`CurveServer.secure_link`).
 
 A TCP endpoint on anything but a loopback address is refused without CURVE, unless
@@ -104,8 +104,9 @@ class CurveServer:
 
     def callback(self, domain: str, key: bytes) -> bool:
         """May the peer with z85 public key ``key`` connect (the authenticator asks)?
-        A refused key is logged once (a refused client retries every reconnect)."""
-        if key in self._clients or key in self._brokers:
+        Its own key too: whoever holds the broker's secret is its operator. A refused
+        key is logged once (a refused client retries every reconnect)."""
+        if key in self._clients or key in self._brokers or key == self.public:
             return True
         if key not in self._told:
             if len(self._told) >= REFUSED_KEYS_TOLD:

@@ -12,6 +12,7 @@ from schemas.config import Config, load_config
 from schemas.errors import error_text
 from schemas.limits import CALL_TIMEOUT_S, MAX_CWD_CHARS
 from schemas.paths import data_dir, router_endpoint
+from schemas.names import CONTROL
 from schemas.protocol import SESSION_KINDS
 
 from . import autostart, reach
@@ -90,7 +91,7 @@ class Client:
                 curve_secret_key: str | None = None,
                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
                 persistent: bool = True, cwd: str | os.PathLike | None = None,
-                auto_start: bool = True) -> Session:
+                auto_start: bool = True, act_for: dict | None = None) -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``endpoint`` is one broker's ROUTER endpoint or several (a list, or text with
@@ -114,7 +115,8 @@ class Client:
         ``receive()`` (see :meth:`Session.inbox_statistics`; 0: no bound): past it the
         session stops reading from the broker until messages are taken. Raises ConnectError when the broker refuses
         (``.code``: ``grant_required``, ``invalid_grant``, ``auth_failed``, ...) or does
-        not answer, and ValueError for a bad ``kind`` or incomplete CURVE keys.
+        not answer, and ValueError for a bad ``kind``, incomplete CURVE keys, or
+        ``act_for`` without ``kind="control"``.
 
         With ``agent``, the session is one conversation of that agent: ``channel`` its
         channel id (``discord:...``, ``remote:...``; default ``internal:<session id>``),
@@ -129,14 +131,19 @@ class Client:
         ``cwd`` is the working directory other sessions see in this one's ``list`` row
         (default: this process's, ``os.getcwd()``).
 
-        ``kind="control"`` opens a control connection: a read-only look (``list``,
-        ``groups``, ``status``, ``list_sessions(agent=...)``) that no other session
-        lists, hears of or can message, and that is never a conversation (no
-        ``agent``, ``channel``, ``stage``, ``parent`` or ``grant``); see
+        ``kind="control"`` opens a control connection that no other session lists,
+        hears of or can message, and that is never a conversation (no ``agent``,
+        ``channel``, ``stage``, ``parent`` or ``grant``): it reads (``list``,
+        ``groups``, ``status``, ``list_sessions(agent=...)``, the operator's
+        ``overview()``) and sends and asks as itself. With ``act_for`` (a live
+        session's ``intercom_session_identity`` entry) it makes ``reply``,
+        ``pending``, ``join`` and ``leave`` for that session; see
         ``broker.core.sessions.control``.
         """
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
+        if act_for is not None and kind != CONTROL:
+            raise ValueError("act_for is for control connections (kind='control')")
         if config is None:
             config, problem = load_config(config_path)
             if problem and problem not in _reported_config_problems:
@@ -171,7 +178,8 @@ class Client:
                           confirm=confirm, grant=grant, token=token,
                           history=History(history, history_file), curve=curve,
                           inbox_limit_bytes=inbox_limit_bytes, channel=channel,
-                          persistent=persistent, cwd=working_directory(cwd))
+                          persistent=persistent, cwd=working_directory(cwd),
+                          act_for=act_for)
         session._wait_welcome(timeout)
         return session
 

@@ -28,6 +28,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import quote
+
+from schemas.paths import data_dir
 
 IDENTITY, SENT, RECEIVED = "intercom_session_identity", "intercom_sent", "intercom_received"
 RESPONDED = "respond"
@@ -63,6 +66,13 @@ class History:
                     os.write(fd, line.encode())
                 finally:
                     os.close(fd)
+
+
+def named_history_path(name: str) -> Path:
+    """Where ``python -m client mcp --name NAME`` keeps its history by default:
+    ``<data dir>/mcp/<NAME>.jsonl`` (the name quoted, so any session name is one file
+    name and two names never share a file)."""
+    return data_dir() / "mcp" / f"{quote(name, safe='')}.jsonl"
 
 
 def read_identity(path: str | os.PathLike) -> dict | None:

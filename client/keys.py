@@ -40,16 +40,20 @@ def resolve(server_key: str | None = None, public_key: str | None = None,
     return CurveKeys(*(v.decode() if isinstance(v, bytes) else v for v in values))
 
 
-def from_directory(directory: str | os.PathLike, client: str = "client") -> CurveKeys:
-    """Keys from a ``python -m broker keys`` directory. Raises ValueError."""
+def from_directory(directory: str | os.PathLike, client: str = "client",
+                   operator: bool = False) -> CurveKeys:
+    """Keys from a ``python -m broker keys`` directory: client ``client``'s pair, or
+    (``operator``) the broker's own, which makes the connection its operator's.
+    Raises ValueError."""
     import zmq.auth  # noqa: PLC0415  (only the command line reads key files)
 
     base = Path(directory).expanduser()
+    pair = base / "broker.key_secret" if operator else base / "clients" / f"{client}.key_secret"
     try:
         server, _ = zmq.auth.load_certificate(str(base / "broker.key"))
-        public, secret = zmq.auth.load_certificate(str(base / "clients" / f"{client}.key_secret"))
+        public, secret = zmq.auth.load_certificate(str(pair))
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read CURVE keys in {base}: {exc}") from None
     if not secret:
-        raise ValueError(f"{base / 'clients' / (client + '.key_secret')} holds no secret key")
+        raise ValueError(f"{pair} holds no secret key")
     return CurveKeys(server.decode(), public.decode(), secret.decode())

@@ -31,7 +31,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal
-from urllib.parse import quote
 
 import mcp_types as types
 from mcp.server.lowlevel import Server
@@ -39,11 +38,11 @@ from mcp.server.stdio import stdio_server
 
 from schemas.errors import error_reply
 from schemas.limits import WAIT_TIMEOUT_S
-from schemas.paths import data_dir, ensure_data_dir
+from schemas.paths import ensure_data_dir
 from schemas.tools import INTERCOM_SCHEMA, INVOKE_SCHEMA, RESPOND_SCHEMA, WAIT_SCHEMA, validate
 
 from .connecting import Client
-from .history import read_identity
+from .history import named_history_path, read_identity
 from .mcp_inbox import Handover, push_for
 from .session import ConnectError, Session
 
@@ -62,12 +61,12 @@ class ChannelNotification(types.Notification[dict[str, Any], Literal["notificati
 
 def history_path(name: str, override: str | None) -> Path:
     """Where the server keeps its history (identity entries with the reclaim secret):
-    ``--history-file``, else ``<data dir>/mcp/<NAME>.jsonl`` (the name quoted, so any
-    session name is one file name and two names never share a file)."""
+    ``--history-file``, else :func:`~client.history.named_history_path`."""
     if override:
         return Path(override).expanduser()
-    folder = ensure_data_dir(data_dir() / "mcp")
-    return folder / f"{quote(name, safe='')}.jsonl"
+    path = named_history_path(name)
+    ensure_data_dir(path.parent)
+    return path
 
 
 def tool_list(with_agent: bool) -> list[types.Tool]:

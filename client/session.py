@@ -32,6 +32,7 @@ from .history import IDENTITY, RECEIVED, SENT, History
 from .drafts import Turns
 from .keys import CurveKeys
 from .inbox import DEFAULT_LIMIT_BYTES, Inbox, InboxStatistics, Waitable
+from .operator import OperatorMethods, acting_fields, changed_memberships
 from .render import render_body
 from .status import NOT_ANSWERING, OUT_OF_REACH, STATUS_TIMEOUT_S, local_status
 from .transport import Transport
@@ -61,7 +62,7 @@ class ConnectError(Exception):
 
 
 
-class Session(ConversationMethods, HostingMethods):
+class Session(ConversationMethods, HostingMethods, OperatorMethods):
     """One connected session. Thread-safe; use as a context manager or call close()."""
 
     def __init__(self, *, name: str, endpoint: str | list[str], group: str | None, agent: str | None,
@@ -72,7 +73,8 @@ class Session(ConversationMethods, HostingMethods):
                  token: str | None = None, history: History | None = None,
                  curve: CurveKeys | None = None,
                  inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
-                 persistent: bool = True, cwd: str | None = None) -> None:
+                 persistent: bool = True, cwd: str | None = None,
+                 act_for: dict | None = None) -> None:
         self.name = name
         self.cwd = cwd                   # shown in list rows (see client.connecting)
         self.endpoint = endpoint if isinstance(endpoint, str) else endpoint[0]
@@ -91,6 +93,7 @@ class Session(ConversationMethods, HostingMethods):
         self._history = history or History()
         self._channel = channel          # the channel id asked for (None: internal:<id>)
         self._persistent = persistent
+        self._act_for = act_for          # a control connection's: the session it acts for
         self._turns = Turns()            # guarded by _turn_lock
         self._turn_lock = threading.Lock()
         self.id: str | None = session_id
@@ -139,6 +142,7 @@ class Session(ConversationMethods, HostingMethods):
             "grant": self._grant,
             "channel": self._channel, "persistent": self._persistent, "cwd": self.cwd,
             "instance": self._instance,
+            **acting_fields(self._act_for),
         }
         if self.id is not None:
             fields.update(sessionId=self.id, token=self.token)
@@ -203,6 +207,10 @@ class Session(ConversationMethods, HostingMethods):
         if msgs:
             self._inbox.put_all(msgs)
         if events:
+            groups = changed_memberships(events)
+            if groups is not None:       # a control connection acting for us moved them
+                self.groups = groups
+                self._acked_since_hello = True
             self._events.put_all(events)
 
     @property

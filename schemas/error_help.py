@@ -109,6 +109,15 @@ HELP: dict[str, str] = {
                 "sessions.",
     "control_read_only": "Open an ordinary session to act; a control connection only "
                          "reads.",
+    "control_other_broker": "Run the command against the endpoint of the broker that "
+                            "holds the target (its `list` row names it), or use an ordinary "
+                            "session, which reaches sessions on every broker.",
+    "act_for_needed": "Name the session to act for: the CLI's `--identity` (a history file "
+                      "or an MCP server's name); a client's hello `actFor`/`actForToken`.",
+    "act_for_refused": "Check the identity entry is the live session's latest (id and reclaim "
+                       "secret) and that you connect to the broker holding it.",
+    "operator_only": "Connect over the broker's ipc endpoint or loopback, or with the "
+                     "broker's own CURVE pair (`--operator-key`).",
     "control_only": "Call this from a control connection (`sessionKind` \"control\").",
     "invoke_remote_caller": "Invoke from a session that is not `remote:`.",
     "invoke_disabled": "The operator sets `invoke = true` in the agent's `tools.toml` (see "

@@ -84,6 +84,9 @@ _TABLE = [
               "not the alias {session!r}"),
     # -- target --------------------------------------------------------------------
     ErrorSpec("target_not_found", "target", "No session you can see matches {to!r}; use intercom list to find targets", LATER),
+    ErrorSpec("control_other_broker", "target", "{name!r} is held by broker {broker}, and a "
+              "control connection reaches only the sessions of the broker it is connected to: "
+              "connect to that broker's endpoint"),
     ErrorSpec("ambiguous_target", "target", "{to!r} matches several sessions ({candidates}); use the full session id"),
     ErrorSpec("invalid_target", "target", "{to!r} is neither a full session id, an exact name, nor a unique 8-hex id prefix"),
     ErrorSpec("self_target", "target", "Cannot message the current session"),
@@ -125,9 +128,18 @@ _TABLE = [
     ErrorSpec("auth_failed", "authority", "The broker refused this client's handshake: {detail}"),
     ErrorSpec("no_agent", "authority", "This session belongs to no agent; connect with agent=... "
               "to use {what}"),
-    ErrorSpec("control_read_only", "authority", "A control connection may only read (list, "
-              "groups, status, sessions, stats); {what} needs a session: connect without "
-              "sessionKind \"control\""),
+    ErrorSpec("control_read_only", "authority", "A control connection may read (list, "
+              "groups, status, sessions) and send or ask as itself; {what} needs a session: "
+              "connect without sessionKind \"control\""),
+    ErrorSpec("act_for_needed", "authority", "{action!r} on a control connection is made for a "
+              "live session it acts for: name it in the hello (actFor, actForToken: the id and "
+              "reclaim secret of its intercom_session_identity entry; the CLI's --identity)"),
+    ErrorSpec("act_for_refused", "authority", "No live session on this broker has id {id!r} "
+              "with that reclaim secret: a control connection acts only for a live session "
+              "held by the broker it is connected to"),
+    ErrorSpec("operator_only", "authority", "{what} is for the broker's operator: a control "
+              "connection over ipc or loopback on the broker's host, or one with the broker's "
+              "own CURVE key"),
     ErrorSpec("control_only", "authority", "{what} is for control connections only (connect "
               "with sessionKind \"control\")"),
     ErrorSpec("invoke_remote_caller", "authority", "A remote session cannot invoke other sessions"),

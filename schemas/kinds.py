@@ -90,7 +90,8 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("name", str, f"session name (at most {MAX_NAME_CHARS} characters once trimmed)",
            required=True),
         _f("sessionKind", _STR_OR_NULL, "interactive, noninteractive, stage or control (a "
-           "read-only control connection: never listed, announces nothing, may only read)"),
+           "control connection: never listed, announces nothing, may read, send and ask, and "
+           "with actFor reply, see pending, join and leave for that session)"),
         _f("group", _STR_OR_NULL, "explicit home group"),
         _f("fallbackGroup", _STR_OR_NULL, "the client's env > config > default group"),
         _f("homeGroup", _STR_OR_NULL, "home group resolved at the first connect (reconnects)"),
@@ -114,6 +115,9 @@ CLIENT_KINDS: tuple[Kind, ...] = (
            "(default true) or forgotten"),
         _f("cwd", _STR_OR_NULL, "the client's working directory, shown in list rows",
            max_len=MAX_CWD_CHARS),
+        _f("actFor", _STR_OR_NULL, "control connections only: the id of a live session of "
+           "this broker to act for (reply, pending, join, leave)", max_len=ID_MAX),
+        _f("actForToken", _STR_OR_NULL, "with actFor: that session's reclaim secret"),
     ), request=True),
     Kind("call", CLIENT, "One intercom tool call: ``action`` and the tool's parameters.", (
         _f("action", object, "list, groups, join, leave, send, ask, reply, pending or status "
@@ -186,6 +190,11 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("top", int, f"how many rows the largest-first lists hold (1 to {STATS_TOP_MAX}, "
            f"default {STATS_TOP_DEFAULT})"),
     ), request=True),
+    Kind("overview", CLIENT, "Every session (but control connections) and every workflow run "
+         "this broker holds: ``{brokerId, sessions: [...], workflows: [...]}``, each session "
+         "row with ``broker`` (null: held here) and ``homeGroup``, each run as in ``list``. "
+         "For the operator's control connection only (over ipc or loopback, or with the "
+         "broker's own CURVE key).", request=True),
     Kind("invoke", CLIENT, "Queue a one-shot turn in another persistent session of the agent; "
          "answered ``{queued, id, session}`` once the job is committed.", (
         _f("session", str, "the destination's channel id", required=True,
@@ -264,7 +273,8 @@ BROKER_KINDS: tuple[Kind, ...] = (
     )),
     Kind("event", BROKER, "An in-band event: presence (``session_joined``, "
          "``session_left``, ``presence_update`` with the session's row), "
-         "``undeliverable``, ``output`` (a respond to this session's channel; also "
+         "``undeliverable``, ``memberships_changed`` (a control connection acting for this "
+         "session changed its memberships: ``groups`` holds them now), ``output`` (a respond to this session's channel; also "
          "published on PUB, topic ``channel:<channel id>``), ``output_acked`` (an output "
          "this session sent was acknowledged) or ``invocation`` (a turn "
          "another session of the agent asked for). Presence is also published on PUB, "
@@ -272,6 +282,8 @@ BROKER_KINDS: tuple[Kind, ...] = (
         _f("event", str, "event name", required=True),
         _f("session", dict, "the session's public row (presence)"),
         _f("group", str, "the group (PUB only)"),
+        _f("groups", list, "memberships_changed: the session's memberships now", max_len=None,
+           items=str),
         _f("joinedGroups", list, "PUB presence_update in a kept group: the groups gained",
            max_len=None),
         _f("leftGroups", list, "PUB presence_update in a kept group: the groups lost",

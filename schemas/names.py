@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from .groups import DEFAULT_GROUP, WORKFLOW_PREFIX
 
-# ``control``: a read-only look at the bus (a CLI call), never listed and never a
-# target or a conversation; see broker.core.sessions.control.
+# ``control``: a look at the bus and one-shot sends (a CLI call), never listed, never a
+# target, never a conversation; see broker.core.sessions.control.
 SESSION_KINDS = ("interactive", "noninteractive", "stage", "control")
 INTERACTIVE, NONINTERACTIVE, STAGE, CONTROL = SESSION_KINDS
-CONTROL_ACTIONS = ("list", "groups", "status")      # the intercom calls a control connection makes
+CONTROL_ACTIONS = ("list", "groups", "status", "send", "ask")   # a control connection's own calls
+# ... and the calls it makes for the live session it acts for (hello ``actFor``).
+ACTING_ACTIONS = ("reply", "pending", "join", "leave")
 
 LIVE, TERMINAL = "live", "terminal"                 # reply capability
 REPLY_CAPABILITIES = (LIVE, TERMINAL)
@@ -21,6 +23,8 @@ TERMINAL_CHILD_STATUSES = frozenset({"completed", "failed", "interrupted", "canc
 SESSION_JOINED, SESSION_LEFT, PRESENCE_UPDATE = "session_joined", "session_left", "presence_update"
 PRESENCE_EVENTS = (SESSION_JOINED, SESSION_LEFT, PRESENCE_UPDATE)
 UNDELIVERABLE = "undeliverable"
+# To a session whose memberships a control connection acting for it changed.
+MEMBERSHIPS_CHANGED = "memberships_changed"
 
 # Workflow stage nodes and their lifecycle.
 AGENT = "agent"

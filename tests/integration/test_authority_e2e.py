@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from client.history import read_identity
 from client.keys import from_directory
 from tests.conftest import ROOT, start_broker
 from tests.integration.conftest import child_env, stop_process
+from tests.integration.curve_helpers import broker_process as _broker, curve_broker, free_port as _free_port  # noqa: F401 (a fixture)
 from tests.integration.workflow_helpers import GRANTS, host_run, new_run_id, ok, path, queue, start_stage
 
 
@@ -117,43 +117,6 @@ def test_a_reopened_process_takes_its_id_back_from_its_history_file(broker, tmp_
 
 
 # -- CURVE and safe binds ---------------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _broker(data_dir: Path, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(data_dir))
-    return subprocess.Popen([sys.executable, "-m", "broker", "--data-dir", str(data_dir), *args],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-@pytest.fixture
-def curve_broker(short_tmp):
-    keys = short_tmp / "keys"
-    subprocess.run([sys.executable, "-m", "broker", "keys", "--dir", str(keys), "--client", "alice",
-                    "--client", "bob"], cwd=ROOT, check=True, capture_output=True,
-                   env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    # bob's key exists but is not allowed.
-    (keys / "clients" / "bob.key").rename(short_tmp / "bob.key")
-    router, pub = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
-    proc = _broker(short_tmp, "--endpoint", router, "--pub-endpoint", pub, "--curve", str(keys))
-    alice = from_directory(keys, "alice")
-    args = {"curve_server_key": alice.server_key, "curve_public_key": alice.public_key,
-            "curve_secret_key": alice.secret_key}
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            _connect(router, "probe", **args).close()
-            break
-        except ConnectError:
-            assert time.monotonic() < deadline and proc.poll() is None, "the CURVE broker did not start"
-    yield router, pub, keys
-    stop_process(proc, 15)
-
 
 def test_secret_key_files_are_owner_only(curve_broker):
     _, _, keys = curve_broker

@@ -95,21 +95,19 @@ def test_a_control_connection_is_refused_as_a_target_like_an_unknown_one(how):
     assert bus.sends(b"looker", "msg") == []
 
 
-# -- it only reads ------------------------------------------------------------------------
+# -- what it may do ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("action, params", [
-    ("send", {"to": "alice", "message": "hi"}),
-    ("ask", {"to": "alice", "message": "hi"}),
     ("reply", {"message": "hi"}),
     ("pending", {}),
     ("join", {"group": "other"}),
     ("leave", {}),
 ])
-def test_a_control_connection_may_not_act_on_the_bus(action, params):
+def test_a_control_connection_acting_for_nobody_has_no_asks_or_memberships_to_change(action, params):
     bus = bus_with("alice")
     control(bus)
     result = bus.call(b"cli", action, **params)
-    assert result["code"] == "control_read_only" and repr(action) in result["error"], result
+    assert result["code"] == "act_for_needed" and repr(action) in result["error"], result
     assert bus.sends(b"alice") == []
 
 
@@ -119,6 +117,8 @@ def test_a_control_connection_may_not_act_on_the_bus(action, params):
     ("invoke", {"session": "discord:1", "reason": "r"}),
     ("workflow", {"op": "register_run", "runId": "r1", "stages": []}),
     ("reset", {}),
+    ("supervisor", {"message": "hi"}),
+    ("sends", {"to": "alice", "ids": ["s1"], "messages": ["hi"]}),
 ])
 def test_a_control_connection_makes_no_other_request(kind, fields):
     bus = bus_with()

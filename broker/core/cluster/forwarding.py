@@ -67,7 +67,10 @@ def run_owner(state: State, to: str) -> str | None:
 def hand(state: State, session: Session, broker_id: str, name: str, env: dict,
          ids: list, again: bool = False) -> None:
     """Send ``env`` (request ids ``ids``) to ``broker_id``, which answers over the link;
-    ``name`` is what a refusal calls the target."""
+    ``name`` is what a refusal calls the target. Raises BusError(control_other_broker)
+    for a control connection: it is no mirror there, so nobody could answer it."""
+    if session.is_control:
+        raise BusError("control_other_broker", name=name, broker=broker_id)
     mine = state.cluster.forwarded.setdefault(session.id, {})
     kept = env if again else None
     for request_id in ids:

@@ -19,7 +19,8 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from broker.core.sessions import authority, connect, control, grants, membership, presence
+from broker.core.sessions import acting, authority, connect, control, grants, membership, presence
+from broker.core.sessions.overview import overview
 from broker.core.messaging import ask_actions
 from broker.core.workflow import closed_stages
 from broker.core.agents import conversations, invoke_actions as invoking
@@ -45,9 +46,13 @@ def _call(state: State, session, env: dict, re: str, now: float) -> None:
     if handler is None:
         raise BusError("unknown_action", action=action)
     params = tool_params(env)
-    answer = handler(state, session, params, re, now, env)
+    # A control connection acts as itself or for the session it proved (control.actor).
+    actor = control.actor(state, session, action) if session.is_control else session
+    answer = handler(state, actor, params, re, now, env)
     if answer is not None:
         state.answer(session, re, answer, quiet=env.get("quiet") is True)
+        if actor is not session:
+            acting.acted(state, actor, action, answer)
 
 
 def _workflow(state: State, session, env: dict, re: str, now: float) -> None:
@@ -89,6 +94,7 @@ KINDS: dict[str, KindHandler] = {
     "ack_output": ack_output,
     "sessions": conversations.sessions,
     "stats": stats,
+    "overview": overview,
     "invoke": invoking.invoke,
     "finish_invocation": invoking.finish,
     "turn": conversations.turn,

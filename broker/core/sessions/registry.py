@@ -67,6 +67,10 @@ class Session:
     # id refused: later sends wait behind that one (broker.core.sessions.backlog).
     latches: dict | None = None
     serial: int = 0                         # the registry's count when it was added
+    # A control connection's: the session it acts for, and the broker's operator (acting)
+    acts_for: str | None = None
+    acts_for_token: str | None = None
+    operator: bool = False
 
     @property
     def stage(self) -> str | None:

@@ -1,0 +1,1 @@
+"""``python -m client``: the command line (see :mod:`client.cli.main`)."""

@@ -1,0 +1,133 @@
+"""``python -m client``: the command line for people and scripts.
+
+Subcommands come from one table (:data:`client.cli.registry.COMMANDS`); ``mcp`` (one
+MCP stdio server per bus session, :mod:`client.mcp_server`) is built here, with its
+own flags, as it always was. The shared flags (:func:`add_shared_flags`) are
+accepted before or after the subcommand: the top-level parser holds their defaults
+and each subcommand's copy is ``SUPPRESS``ed, so it only overrides what was given.
+
+Every command runs on a control connection (see :mod:`client.cli.context` for the
+connection and the exit codes) and never starts a broker. Ctrl-C ends with 130 and
+a closed stdout (``| head``) with 0, both without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from importlib import metadata
+
+from schemas.limits import PROTOCOL_VERSION
+
+from .context import INTERRUPTED, OK, Cli, Exit
+from .registry import COMMANDS
+
+PACKAGE = "intercom-bus"
+
+
+def version() -> str:
+    try:
+        number = metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:
+        number = "unknown"
+    return f"{PACKAGE} {number} (protocol {PROTOCOL_VERSION})"
+
+
+def add_shared_flags(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """The flags every command takes, with their defaults (``suppress``: none, for a
+    subcommand's copy)."""
+    def default(value):
+        return argparse.SUPPRESS if suppress else value
+
+    if suppress:
+        parser = parser.add_argument_group("shared options (also before the command)")
+    parser.add_argument("--endpoint", default=default(None),
+                        help="broker ROUTER endpoint (default $INTERCOM_ENDPOINT, else the "
+                        "data directory's); no broker is ever started for a command")
+    parser.add_argument("--name", default=default("cli"),
+                        help="the connection's name, shown to those who get its messages")
+    parser.add_argument("--as-group", default=default(None),
+                        help="the connection's home group (what it sees and sends to)")
+    parser.add_argument("--curve-dir", default=default(None),
+                        help="CURVE keys made by 'python -m broker keys' (default: "
+                        "$INTERCOM_CURVE_* keys, else no CURVE)")
+    parser.add_argument("--curve-client", default=default("client"),
+                        help="which client key pair under CURVE_DIR/clients (default: client)")
+    parser.add_argument("--operator-key", action="store_true", default=default(False),
+                        help="with --curve-dir: connect with the broker's own key pair, as "
+                        "its operator (list --all, runs from another host)")
+    parser.add_argument("--json", action="store_true", default=default(False),
+                        help="print the broker's raw answer as JSON")
+    parser.add_argument("--no-color", action="store_true", default=default(False),
+                        help="no colour even on a terminal (also: $NO_COLOR)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m client", description="Intercom bus client.")
+    parser.add_argument("--version", action="version", version=version())
+    add_shared_flags(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help,
+                           description=command.description or command.help)
+        command.add_arguments(p)
+        if command.shared_flags:
+            add_shared_flags(p, suppress=True)
+    _add_mcp(sub)
+    return parser
+
+
+def _add_mcp(sub) -> None:
+    p_mcp = sub.add_parser("mcp", help="serve MCP over stdio: this process is one bus session")
+    p_mcp.add_argument("--name", required=True, help="the session's name")
+    p_mcp.add_argument("--endpoint", default=argparse.SUPPRESS, help="broker ROUTER endpoint "
+                       "(default: $INTERCOM_ENDPOINT, else the data directory's, started if none runs)")
+    p_mcp.add_argument("--group", help="home group")
+    p_mcp.add_argument("--agent", help="be a conversation of this agent (respond, invoke)")
+    p_mcp.add_argument("--channel", help="with --agent: the conversation's channel id")
+    p_mcp.add_argument("--history-file", help="history JSON lines (default <data dir>/mcp/NAME.jsonl)")
+    p_mcp.add_argument("--no-push", action="store_true",
+                       help="send no notifications/claude/channel pushes")
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Parse and run one command; returns its exit code (raises Exit, SystemExit)."""
+    args = build_parser().parse_args(argv)
+    if args.command == "mcp":
+        from ..mcp_server import main as serve_mcp   # the optional 'mcp' extra
+        return serve_mcp(args)
+    (command,) = [c for c in COMMANDS if c.name == args.command]
+    return command.run(Cli(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """:func:`run`, ending quietly: an :class:`Exit` prints its one line, Ctrl-C is
+    130 and a closed stdout 0, never a traceback."""
+    try:
+        try:
+            code = run(argv)
+        except Exit as done:
+            if done.line:
+                print(done.line, file=sys.stderr)
+            code = done.code
+        sys.stdout.flush()        # a closed pipe shows here at the latest
+        return code
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)    # a second Ctrl-C while closing
+        return INTERRUPTED
+    except BrokenPipeError:
+        _drop_stdout()
+        return OK
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: the reader is gone, and the flush at exit would
+    otherwise report the broken pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,18 @@
+"""Every subcommand of ``python -m client``, in one table.
+
+This is the registration point: a new subcommand is a :class:`~client.cli.command.Command`
+in its own module, added to :data:`COMMANDS` here (``mcp`` is the one the parser
+builds itself, see :mod:`client.cli.main`, as it keeps its own flags).
+"""
+
+from __future__ import annotations
+
+from . import acts, reads, tail, watching
+from .command import Command
+
+COMMANDS: tuple[Command, ...] = (
+    *reads.COMMANDS,
+    *acts.COMMANDS,
+    tail.COMMAND,
+    *watching.COMMANDS,
+)
