@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from broker.core import Engine, Send
-from broker.memory_store import MemoryStore
+from broker.store.memory import MemoryStore
 from client.protocol import ClientProtocol, Inbound, Welcome
 from schemas.limits import MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
