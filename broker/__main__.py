@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
 import sys
-from pathlib import Path
+
+if __name__ == "__main__":
+    # structlog imports its optional pretty-printers whenever they are installed (rich
+    # with pygments and attrs, colorama, better_exceptions): about a fifth of the CPU a
+    # broker spends before it serves. It renders JSON lines, or plain text on a
+    # terminal, and needs none of them, so this process does not import them.
+    for _optional in ("rich", "colorama", "better_exceptions"):
+        sys.modules.setdefault(_optional, None)
+
+import argparse  # noqa: E402  (after the guard above, as everything below)
+import signal  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from schemas.bounds import BOUNDS
-from schemas.limits import LEASE_S
 from schemas.config import load_config
-from schemas.limits import LEASE_S
+from schemas.limits import ADOPT_GRACE_S, LEASE_S, LIVENESS_S, MIN_LIVENESS_S
 from schemas.paths import data_dir, database_path, ensure_data_dir, pub_endpoint, router_endpoint
 
 from .core import Limits
@@ -61,9 +69,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="this broker's lease row in the database, renewed every third of it; "
                         "other brokers on the database count it live until it ends "
                         "(default: --lease-s)")
+    parser.add_argument("--liveness-s", type=_liveness, default=LIVENESS_S, metavar="SECONDS",
+                        help="a session or a linked broker silent this long is gone (default "
+                        f"{LIVENESS_S:g}, at least {MIN_LIVENESS_S:g}); clients learn it from the "
+                        "welcome and heartbeat every third of it; brokers on one database "
+                        "should share it")
+    parser.add_argument("--adopt-grace-s", type=_positive_float, default=ADOPT_GRACE_S,
+                        metavar="SECONDS", help="how long a dead broker's workflow runs wait "
+                        "for their host to fail over to some broker, which then takes them, "
+                        f"before any broker does (default {ADOPT_GRACE_S:g})")
     parser.add_argument("--exit-when-idle", type=_positive_float, metavar="SECONDS",
                         help="stop after SECONDS without a session of its own (how a broker "
                         "a client started by itself ends; default: serve until stopped)")
+    parser.add_argument("--metrics-port", type=_port, metavar="PORT",
+                        help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: a "
+                        "free port, logged; needs the 'metrics' extra; default: off)")
     parser.add_argument("--pid-file", type=Path, metavar="PATH",
                         help="write this process's pid there once serving; removed at exit")
     limits = parser.add_argument_group("limits", "what one client may make the broker hold "
@@ -84,6 +104,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port 0-65535, got {text!r}")
+    return int(text)
+def _liveness(text: str) -> float:
+    value = _positive_float(text)
+    if value < MIN_LIVENESS_S:
+        raise argparse.ArgumentTypeError(f"expected at least {MIN_LIVENESS_S:g} seconds, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -99,7 +130,8 @@ def limits_from(args: argparse.Namespace, config) -> Limits:
     chosen = {bound.field: getattr(args, bound.field) or getattr(config, bound.config)
               for bound in BOUNDS}
     return Limits(max_pending_asks=config.maxPendingAsks, ask_timeout_s=config.askTimeout,
-                  host_lease_s=args.host_lease_s or args.lease_s, **chosen)
+                  host_lease_s=args.host_lease_s or args.lease_s, liveness_s=args.liveness_s,
+                  adopt_grace_s=args.adopt_grace_s, **chosen)
 
 
 def database_from(args: argparse.Namespace, config, base: Path) -> Path | str:
@@ -172,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         data_dir=base,
         broker_lease_s=args.broker_lease_s or args.lease_s,
         exit_when_idle_s=args.exit_when_idle,
+        metrics_port=args.metrics_port,
     )
     try:
         broker = Broker(settings)

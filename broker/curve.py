@@ -23,8 +23,11 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
+from .logs import get_logger
+
 BROKER_NAME = "broker"
 CLIENTS_DIR = "clients"
+REFUSED_KEYS_TOLD = 1024    # refused keys logged once each; past this many, the log starts over
 
 
 class CurveError(Exception):
@@ -82,6 +85,7 @@ class CurveServer:
             raise CurveError(f"no allowed-clients directory {self.clients}")
         self._clients: frozenset[bytes] = frozenset()
         self._brokers: frozenset[bytes] = frozenset()
+        self.log = get_logger("broker")
         self.reload()
         self.auth = ThreadAuthenticator(ctx)
         self.auth.start()
@@ -90,14 +94,25 @@ class CurveServer:
     def reload(self) -> None:
         """Allow exactly the public keys now in the clients directory."""
         self._clients = frozenset(zmq.auth.load_certificates(str(self.clients)))
+        # Refused keys already logged; replaced whole, so a key refused again after
+        # a reload is logged again (only the authenticator's thread adds to it).
+        self._told: set[bytes] = set()
 
     def allow_brokers(self, keys) -> None:
         """Allow exactly these brokers' keys (z85 text) besides the clients'."""
         self._brokers = frozenset(key.encode() for key in keys if key)
 
     def callback(self, domain: str, key: bytes) -> bool:
-        """May the peer with z85 public key ``key`` connect (the authenticator asks)?"""
-        return key in self._clients or key in self._brokers
+        """May the peer with z85 public key ``key`` connect (the authenticator asks)?
+        A refused key is logged once (a refused client retries every reconnect)."""
+        if key in self._clients or key in self._brokers:
+            return True
+        if key not in self._told:
+            if len(self._told) >= REFUSED_KEYS_TOLD:
+                self._told.clear()
+            self._told.add(key)
+            self.log.info("curve_key_refused", key=key.decode(errors="replace"), domain=domain)
+        return False
 
     def secure(self, sock: zmq.Socket) -> None:
         """Make ``sock`` a CURVE server (before it binds)."""

@@ -55,8 +55,9 @@ Threading invariants:
 * ``submit``, ``reports``, ``owes``, ``socket`` and ``stop`` belong to the shell's
   thread (zmq sockets are not thread-safe, ``owes`` is a plain int); the worker thread
   touches only the inbox (``deque.popleft``, atomic) and its own end of the PAIR;
-* ``commits`` and ``records`` are written by the worker only; the shell reads them
-  for statistics (plain ints, so a read is never torn);
+* ``commits``, ``records`` and ``applied`` are written by the worker only, and
+  ``submitted`` by the shell only; either side reads them for statistics (plain ints,
+  so a read is never torn). ``commit_times`` has a lock of its own;
 * from ``start()`` until the thread ends, the worker thread is the only user of the
   store; before ``start()`` the shell may ``load()`` from it;
 * records handed to ``submit`` are not changed afterwards (they are frozen, and the
@@ -87,6 +88,7 @@ import zmq
 from broker.core.kernel.commands import AdoptRuns, ReadJobs
 from broker.core.kernel.records import LeaseRenewed, Record, Snapshot, StickyKept, refusal_code
 from broker.store import UNAVAILABLE, Store
+from .commit_times import CommitTimes
 
 _WAKE = b"\x01"
 _STOP = None                 # in the inbox: the last item, once stop() is called
@@ -111,6 +113,9 @@ class PersistenceWorker:
         self.owes = 0                      # batches submitted, not yet reported on
         self.commits = 0                   # transactions committed (worker's count)
         self.records = 0                   # records in them
+        self.commit_times = CommitTimes()  # how long each committed transaction took
+        self.submitted = 0                 # items handed over (shell's count)
+        self.applied = 0                   # items done with, written or not (worker's count)
         self._ctx = ctx
         self._inbox: collections.deque[Batch | None] = collections.deque()
         self._adopted: collections.deque[tuple[str, Snapshot | None]] = collections.deque()
@@ -138,7 +143,13 @@ class PersistenceWorker:
             raise RuntimeError("the persistence worker is stopped")
         self._inbox.append(items)
         self.owes += 1
+        self.submitted += len(items)
         self._wake()
+
+    @property
+    def pending(self) -> int:
+        """Items handed over and not yet done with, and records retained for a retry."""
+        return self.submitted - self.applied + len(self._retained)
 
     def reports(self) -> list[dict[str, Any]]:
         """Every report waiting on the socket, oldest first; [] when none (never blocks)."""
@@ -220,6 +231,7 @@ class PersistenceWorker:
             items, batches, stopping = self._take()
             if batches:
                 report = self._commit(items)
+                self.applied += len(items)
                 report["batches"] = batches
                 sock.send(msgpack.packb(report, use_bin_type=True))
             if stopping:
@@ -257,10 +269,13 @@ class PersistenceWorker:
         error = None if not self._retained else self._write_retained()
         refused: list = []
         if error is None and records:     # a read of the brokers alone writes nothing
+            started = time.perf_counter()
             try:
                 refused = self.store.apply(records) or []
             except Exception as exc:  # disk full, a lock, corrupt file, a bad record
                 error = exc
+            else:
+                self.commit_times.record(time.perf_counter() - started)
         if error is not None:
             code = self.store.failure_code(error)
             if code == UNAVAILABLE:

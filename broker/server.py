@@ -27,12 +27,15 @@ from schemas.limits import LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import new_packer, pack_frames, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
-from broker.core.kernel.commands import AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadJobs
+from broker.core.kernel import inputs
+from broker.core.kernel.commands import (AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadBrokers,
+                                         ReadJobs, RenewLease)
 from broker.core.kernel.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
 from .curve import CurveError, CurveServer
 from .idle import IdleExit
 from .link_sockets import LinkSockets
 from .logs import get_logger
+from .observe import Observer
 from .persistence import READ_BROKERS, PersistenceWorker
 from .startup import (StartupError, advertised_endpoint, bind, check_exposure, lock_ipc,
                       own_database)
@@ -41,7 +44,6 @@ from broker.store.opening import open_store
 from broker.store.urls import database_name, is_postgres
 
 DRAIN_LIMIT = 512
-DISCOVERY_S = 1.0            # how often the other brokers' lease rows are read, at most
 # A link frame may carry a delivery as large as any frame the broker sends a client.
 LINK_FRAME_BYTES = MAX_INBOUND_FRAME_BYTES + (64 << 10)
 MAX_POLL_S = 0.5
@@ -90,6 +92,7 @@ class BrokerSettings:
     broker_lease_s: float = LEASE_S    # this broker's lease row; renewed every third of it
     data_dir: Path | None = None       # holds agents/<agent>/config (default: the db's directory)
     exit_when_idle_s: float | None = None   # stop after this long without a session (broker.idle)
+    metrics_port: int | None = None    # serve Prometheus metrics on 127.0.0.1 (broker.metrics)
 
     @property
     def agents_dir(self) -> Path:
@@ -131,6 +134,7 @@ class Broker:
                                  curve_public=self.curve_public)
             restored = self.engine.restore(snapshot, time.time())
             self._load_agents()
+            self.observer = Observer(self.log, settings.db_path, settings.metrics_port)
             self.router, self.pub = bind(self.ctx, settings.endpoint, settings.pub_endpoint,
                                          self.curve)
         except Exception:
@@ -140,8 +144,7 @@ class Broker:
         self.worker.start()
         self.worker.ready.wait()
         self._started_wall = time.time()
-        self._lease_due = 0.0
-        self._brokers_due = 0.0
+        self._handshakes_due = False
         self._told_unlinked: set[str] = set()    # brokers it cannot link to, logged once
         self._told_failing: set[str] = set()     # links whose handshakes keep failing, logged
         self._packb = new_packer()
@@ -237,23 +240,8 @@ class Broker:
                 # Normally only with the input drained: heartbeats still queued in the
                 # socket must count before anyone is declared silent. Under a flood
                 # that never drains, timers still run once a second.
-                commands.extend(engine.tick(now, wall))
+                commands.extend(engine.handle(inputs.Tick(now, wall)))
                 last_tick = now
-            if now >= self._lease_due:
-                # Leases are read by other processes, so they are wall-clock times.
-                lease_s = self.settings.broker_lease_s
-                self._lease_due = now + lease_s / 3
-                self._brokers_due = now + min(DISCOVERY_S, lease_s / 3)
-                commands.append(Persist(LeaseRenewed(self.broker_id, os.getpid(), self.endpoint,
-                                                     self._started_wall, wall + lease_s,
-                                                     self.curve_public)))
-                self._check_handshakes(now, wall, commands)
-            elif now >= self._brokers_due:
-                # Between renewals, the other brokers' rows are read (not written) so
-                # a new broker is linked, and a dead one's lease end seen, within a second.
-                self._brokers_due = now + min(DISCOVERY_S, self.settings.broker_lease_s / 3)
-                self.worker.submit([(None, READ_BROKERS)])
-                self._check_handshakes(now, wall, commands)
             if self._reload:
                 self._reload = False
                 if self.curve is not None:
@@ -263,21 +251,31 @@ class Broker:
                 self.log.info("agent_config_reloaded", directory=str(self.settings.agents_dir))
             if commands:
                 self._execute(commands)
+            if self._handshakes_due:       # with each lease renewal or read of the rows
+                self._handshakes_due = False
+                more = []
+                self._check_handshakes(now, wall, more)
+                if more:
+                    self._execute(more)
             if self._written:
                 # Backlog accounting (broker.core.sessions.backlog): may drop a session not reading.
                 written, self._written = self._written, {}
-                more = engine.wrote(written, now, wall)
+                more = engine.handle(inputs.Wrote(written, now, wall))
                 if more:
                     self._execute(more)
             if engine.internal_errors:
                 for exc in engine.internal_errors:
                     self.log.error("internal_error", exc_info=exc)
                 engine.internal_errors.clear()
-            deadline = min(engine.next_deadline(), self._brokers_due)
+            if engine.state.notes:
+                self.observer.log_notes(engine.take_notes())
+            if now >= self.observer.due:
+                self.observer.refresh(engine, worker, now, self.frames_in, self.frames_out)
+            deadline = engine.next_deadline()
             if idle is not None and idle.due(engine.local_sessions, now):
                 self.log.info("broker_idle_exit", idle_s=idle.after_s)
                 self._stopping = True
-        self._execute(engine.stopping(time.monotonic(), time.time()))
+        self._execute(engine.handle(inputs.Stopping(time.monotonic(), time.time())))
         self.log.info("broker_stopping", sessions=len(engine.registry), **self.statistics())
 
     def _drain_router(self, now: float, wall: float, commands: list) -> bool:
@@ -319,9 +317,11 @@ class Broker:
                     raise BusError("bad_envelope", detail="a message must be exactly one frame")
                 envs = unpack_frame(frame, LINK_FRAME_BYTES if identity in by_link else MAX_FRAME_BYTES)
             except BusError as error:
-                commands.extend(engine.refuse_frame(identity, error))
+                commands.extend(engine.handle(inputs.BadFrame(identity, error)))
                 continue
-            commands.extend(engine.receive_batch(identity, envs, now, wall, peer, by_address))
+            if self.observer.debug:
+                self.observer.log_requests(identity, envs)
+            commands.extend(engine.handle(inputs.Frame(identity, envs, now, wall, peer, by_address)))
         return True
 
     def _drain_worker(self, now: float, wall: float, commands: list) -> None:
@@ -334,24 +334,24 @@ class Broker:
             if report["brokers"] is not None:
                 self._brokers_read(report["brokers"], now, wall, commands)
             for dead, snapshot in self.worker.adopted():
-                commands.extend(engine.runs_adopted(dead, snapshot, now, wall))
+                commands.extend(engine.handle(inputs.RunsAdopted(dead, snapshot, now, wall)))
             if report.get("jobs"):
-                commands.extend(engine.jobs_read(report["jobs"], now, wall))
+                commands.extend(engine.handle(inputs.JobsRead(report["jobs"], now, wall)))
             for ticket in report["done"]:
-                commands.extend(engine.persisted(ticket, now, wall))
+                commands.extend(engine.handle(inputs.Committed(ticket, now, wall)))
             for ticket, code in report.get("refused", ()):
-                commands.extend(engine.persist_failed(ticket, now, wall, code))
+                commands.extend(engine.handle(inputs.CommitFailed(ticket, now, wall, code)))
             for ticket, fields in report.get("kept", ()):
-                commands.extend(engine.persist_kept(ticket, StickyRow.from_fields(fields), now, wall))
+                commands.extend(engine.handle(inputs.CommitKept(ticket, StickyRow.from_fields(fields), now, wall)))
             for ticket in report["failed"]:
-                commands.extend(engine.persist_failed(ticket, now, wall, report["code"]))
+                commands.extend(engine.handle(inputs.CommitFailed(ticket, now, wall, report["code"])))
 
     def _brokers_read(self, rows: list[dict], now: float, wall: float, commands: list) -> None:
         """The other brokers' live lease rows: their CURVE keys are allowed first (a
         link the engine opens may be answered by one at once), then the engine links."""
         if self.curve is not None:
             self.curve.allow_brokers(row["curve_public"] for row in rows)
-        commands.extend(self.engine.brokers_read(rows, now, wall))
+        commands.extend(self.engine.handle(inputs.BrokersRead(rows, now, wall)))
         unlinked = self.engine.cluster.unlinked
         for broker_id in unlinked.keys() - self._told_unlinked:
             self.log.warning("broker_not_linked", peer=broker_id, reason=unlinked[broker_id])
@@ -362,7 +362,7 @@ class Broker:
         that keeps failing is logged once per streak."""
         for seen in self.links.handshakes():
             if seen.given_up:
-                commands.extend(self.engine.link_refused(seen.broker_id, now, wall))
+                commands.extend(self.engine.handle(inputs.LinkRefused(seen.broker_id, now, wall)))
             if seen.failures == 0:
                 self._told_failing.discard(seen.broker_id)
             elif seen.failures >= HANDSHAKE_FAILURES_LOGGED and seen.broker_id not in self._told_failing:
@@ -403,6 +403,16 @@ class Broker:
                 writes.append((command.ticket, command.record))
             elif kind is AdoptRuns or kind is ReadJobs:
                 writes.append((None, command))     # after the writes before it
+            elif kind is RenewLease:
+                # Leases are read by other processes, so they are wall-clock times.
+                writes.append((None, LeaseRenewed(self.broker_id, os.getpid(),
+                                                  self.endpoint, self._started_wall,
+                                                  time.time() + command.lease_s,
+                                                  self.curve_public)))
+                self._handshakes_due = True
+            elif kind is ReadBrokers:
+                writes.append((None, READ_BROKERS))
+                self._handshakes_due = True
             else:
                 self._link(command, encode)
         router = self.router
@@ -454,6 +464,8 @@ class Broker:
         return stats
 
     def close(self) -> None:
+        if getattr(self, "observer", None) is not None:
+            self.observer.close()
         worker = getattr(self, "worker", None)
         if worker is not None:
             worker.stop(release=LeaseReleased(self.broker_id))

@@ -24,7 +24,7 @@ from schemas.names import CONTROL, CONTROL_ACTIONS, INTERACTIVE
 from schemas.paths import pub_endpoint
 from schemas.protocol import unpack_frame
 
-from . import keys
+from . import keys, stats_view, top
 from .keys import CurveKeys
 from .connecting import Client
 from .session import ConnectError
@@ -189,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     p_mcp.add_argument("--history-file", help="history JSON lines (default <data dir>/mcp/NAME.jsonl)")
     p_mcp.add_argument("--no-push", action="store_true",
                        help="send no notifications/claude/channel pushes")
+    for command in (stats_view, top):       # commands in modules of their own
+        command.add_parser(sub)
     args = parser.parse_args(argv)
+    if getattr(args, "run", None) is not None:
+        return args.run(args)
     if args.command == "mcp":
         from .mcp_server import main as serve_mcp   # the optional 'mcp' extra
         return serve_mcp(args)

@@ -2,7 +2,7 @@
 
 :class:`ClientProtocol` has no socket, thread or clock (the h11 model). Its driver
 hands it every frame the broker sends with the monotonic time (:meth:`receive_frame`),
-calls :meth:`timers` at least every ``TIMER_INTERVAL_S``, sends the frames of
+calls :meth:`timers` at least every :attr:`~ClientProtocol.timer_interval_s`, sends the frames of
 :meth:`frames_to_send`, and acts on :meth:`next_events` in their order:
 :class:`Inbound` (queue its messages and presence events, then resolve its answers)
 and :class:`Welcome` (the broker's answer to a hello).
@@ -28,6 +28,9 @@ Theory of operation:
   sessions that said hello again, and its answer to an id is final (a retry gets
   the same one), so an ask resent before its target is back would fail for good.
 * What arrived before a welcome is reported before it, what arrived after, after it.
+* The broker's welcome names its liveness window (``livenessS``): the session says
+  it is alive every third of it (:func:`~schemas.limits.heartbeat_s`) and takes the
+  broker for gone after hearing nothing for that long. Until a welcome, the defaults.
 * While the driver pauses reading (its inbox is full) silence proves nothing: the
   broker's frames wait unread, so SILENCE is not an input then.
 * Closing is a latch outside the state machine (any thread sets it): every owed
@@ -44,18 +47,20 @@ is the socket side: one thread at a time, the one the driver lets touch the sock
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from schemas.errors import REDIRECTS, BusError
 from schemas.limits import (HEARTBEAT_S, LIVENESS_S, MAX_BACKLOG_BYTES, MAX_FRAME_BYTES,
-                            MAX_INBOUND_FRAME_BYTES)
+                            MAX_INBOUND_FRAME_BYTES, MIN_LIVENESS_S, heartbeat_s)
 from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
 
+from .backpressure import Holds
+from .requeue import requeue, resend
 from .wire import expand_msgs, take_envelopes
 
-TIMER_INTERVAL_S = HEARTBEAT_S / 2     # the longest a driver may go without timers()
 DEFAULT_REPORT_BYTES = MAX_BACKLOG_BYTES // 8   # until a welcome tells the broker's bound
 # A live peer says hello to a restarted broker within a heartbeat (answered
 # not_connected) and a reconnect interval (at most 1 s): twice that, and a little.
@@ -83,7 +88,7 @@ class Input(enum.Enum):
     WELCOME = "welcome"              # the current hello answered ok
     REFUSAL = "refusal"              # the current hello answered with an error
     NOT_CONNECTED = "not_connected"  # a request answered not_connected: broker forgot us
-    SILENCE = "silence"              # nothing heard from the broker for LIVENESS_S
+    SILENCE = "silence"              # nothing heard from the broker for its liveness window
     RESYNC = "resync"                # the welcome missed a change acknowledged meanwhile
 
 
@@ -139,6 +144,8 @@ class ClientProtocol:
         self._redirects = 0
         self._hello_at: float | None = None
         self._heartbeat_due = False
+        self.liveness_s = LIVENESS_S           # the broker's window, from its welcome
+        self._heartbeat_s = HEARTBEAT_S
         # Bytes read since the hello, and as last told: the broker bounds what this
         # session may leave unread (its backlog), so reads are reported as they go.
         self.read_bytes = 0
@@ -146,6 +153,8 @@ class ClientProtocol:
         self._report_every = DEFAULT_REPORT_BYTES
         self.reading_paused = False            # set by the driver: see the theory above
         self._deferred: list[str] = []         # ids of asks to resend at _deferred_at
+        self._holds = Holds()                  # plain sends waiting for a backlogged target
+        self._probes: deque = deque()          # held sends due again: before the outbox
         self._deferred_at = 0.0
         self._packb = new_packer()             # socket side only
         self._msgs: list[dict] = []
@@ -200,7 +209,7 @@ class ClientProtocol:
     # -- socket side: one thread at a time -----------------------------------------------
 
     def wants_to_send(self) -> bool:
-        return ((bool(self._outbox) and self.state is State.CONNECTED)
+        return (((bool(self._outbox) or bool(self._probes)) and self.state is State.CONNECTED)
                 or self._hello_due or self._heartbeat_due)
 
     def frames_to_send(self, now: float) -> list[bytes]:
@@ -208,7 +217,14 @@ class ClientProtocol:
         first, then what callers queued (each run of plain sends to one target as one
         ``sends`` envelope), then a due heartbeat. A request too large for a frame is
         left out and answered ``request_too_large`` in the next events."""
-        envs = take_envelopes(self._outbox) if self.state is State.CONNECTED else []
+        if self.state is State.CONNECTED:
+            envs = take_envelopes(self._outbox, self._holds.held)
+            if self._probes:         # their target may still hold later ones: not diverted
+                envs[:0] = take_envelopes(self._probes)
+            if self._holds.inflight:
+                self._holds.sent(envs)
+        else:
+            envs = []
         if self._hello_due:
             self._hello_due = False
             hello = self._hello()
@@ -247,21 +263,33 @@ class ClientProtocol:
                     handler(self, env)
 
     def timers(self, now: float) -> None:
-        """A heartbeat is due after HEARTBEAT_S without sending; a connected session
-        that heard nothing for LIVENESS_S assumes the broker restarted or forgot it,
-        and says hello again."""
-        if now - self._last_sent >= HEARTBEAT_S:
+        """A heartbeat is due after a third of the liveness window without sending; a
+        connected session that heard nothing for the window assumes the broker
+        restarted or forgot it, and says hello again."""
+        if now - self._last_sent >= self._heartbeat_s:
             self._heartbeat_due = True
         if self._hello_at is not None and now >= self._hello_at:
             self._hello_at = None
             self._hello_due = True
-        if now - self.last_heard > LIVENESS_S and not self.reading_paused:
+        if now - self.last_heard > self.liveness_s and not self.reading_paused:
             self._step(Input.SILENCE, now)
         if self._deferred and now >= self._deferred_at and self.state is State.CONNECTED:
             owed = self._owed
-            self._outbox.extend(_resend(owed[msg_id], now) for msg_id in self._deferred
+            self._outbox.extend(resend(owed[msg_id], now) for msg_id in self._deferred
                                 if msg_id in owed)
             self._deferred = []
+        if self._holds.held and self.state is State.CONNECTED:
+            self._release_held(now)
+
+    def next_due(self) -> float | None:
+        """The monotonic time held sends may go again, if any (the driver's timers
+        must run then, not only every TIMER_INTERVAL_S)."""
+        return self._holds.next_due()
+
+    @property
+    def timer_interval_s(self) -> float:
+        """The longest a driver may go without calling :meth:`timers`."""
+        return self._heartbeat_s / 2
 
     def resume_reading(self, now: float) -> None:
         """The driver reads again: the broker's silence counts from now."""
@@ -300,29 +328,26 @@ class ClientProtocol:
         elif state is State.CONNECTED:
             self._requeue(now)
 
+    def _release_held(self, now: float) -> None:
+        """Held sends whose time came (see client.backpressure): out again ahead of
+        the outbox, or failed with their refusal once the target took none for long."""
+        again, failed = self._holds.take_due(now)
+        owed = self._owed
+        for ids, refusal in failed:
+            for msg_id in ids:
+                entry = owed.pop(msg_id, None)
+                if entry is not None:
+                    self._answers.append((entry, dict(refusal)))
+        for ids in again:
+            self._probes.extend(owed[msg_id].request for msg_id in ids if msg_id in owed)
+
     def _requeue(self, now: float) -> None:
         """On a welcome: owed requests sent before, then what waited meanwhile, less
         what was given up on (see the theory of operation)."""
-        outbox, owed = self._outbox, self._owed
-        waited = []
-        try:
-            while True:
-                waited.append(outbox.popleft())
-        except IndexError:
-            pass
-        waiting_ids = {_request_id(item) for item in waited}
-        again = [entry.request for msg_id, entry in list(owed.items())
-                 if msg_id not in waiting_ids]
-        # A post has no id; a request is kept while still owed.
-        again.extend(item for item in waited
-                     if (msg_id := _request_id(item)) is None or msg_id in owed)
-        self._deferred = [msg_id for item in again if _is_ask(item)
-                          and (msg_id := _request_id(item)) is not None]
+        self._holds.clear()          # held sends are owed: they go again below
+        self._probes.clear()
+        self._deferred = requeue(self._outbox, self._owed)
         self._deferred_at = now + ASK_RESEND_DELAY_S
-        if self._deferred:
-            again = [item for item in again if not _is_ask(item)]
-        # Callers may have appended meanwhile: those go after, in their order.
-        outbox.extendleft(reversed(again))
 
     def _end_inbound(self) -> None:
         if self._msgs or self._events or self._answers:
@@ -341,17 +366,33 @@ class ClientProtocol:
             bound = env.get("backlogBytes")
             if bound.__class__ is int and bound > 0:
                 self._report_every = max(1, bound // 8)
+            window = env.get("livenessS")
+            if window.__class__ in (int, float) and math.isfinite(window):
+                self.liveness_s = max(float(window), MIN_LIVENESS_S)
+                self._heartbeat_s = heartbeat_s(self.liveness_s)
             if env.get("ok"):
                 self._redirects = 0
             self._step(Input.WELCOME if env.get("ok") else Input.REFUSAL, self.last_heard)
         elif env.get("code") == "not_connected":
             self._step(Input.NOT_CONNECTED, self.last_heard)
         elif re.__class__ is str:
-            owed = self._owed.pop(re, None)
-            if owed is not None:
-                env.pop("v", None)
-                del env["k"]
-                del env["re"]
+            owed = self._owed.get(re)
+            if owed is None:
+                return
+            env.pop("v", None)
+            del env["k"]
+            del env["re"]
+            request = owed.request
+            if request.__class__ is tuple:
+                to = request[0]
+                if env.get("code") == "target_backlogged":
+                    if to not in self._holds.inflight:
+                        self._holds.inflight[to] = self._on_wire(to)
+                    self._holds.hold(to, re, env, self.last_heard)  # still owed
+                    return
+                if self._holds.inflight:
+                    self._holds.answered(to)
+            if self._owed.pop(re, None) is not None:     # close() may have taken it
                 self._answers.append((owed, env))
 
     def _redirected(self, env: dict) -> bool:
@@ -376,11 +417,23 @@ class ClientProtocol:
         # still owed (anything but a str is skipped).
         pop = self._owed.pop
         answers = self._answers
+        counted = self._holds.answered if self._holds.inflight else None
         for msg_id in ids:
             if msg_id.__class__ is str:
                 owed = pop(msg_id, None)
                 if owed is not None:
                     answers.append((owed, {"ok": True, "delivered": True, "messageId": msg_id}))
+                    if counted is not None and owed.request.__class__ is tuple:
+                        counted(owed.request[0])
+
+    def _on_wire(self, to: str) -> int:
+        """Plain sends to ``to`` sent and not answered yet: those owed, less those
+        still queued (counted only when a target first meets a refusal)."""
+        owed = sum(1 for entry in list(self._owed.values())
+                   if entry.request.__class__ is tuple and entry.request[0] == to)
+        queued = sum(1 for item in [*self._outbox, *self._probes]
+                     if item.__class__ is tuple and item[0] == to)
+        return owed - queued
 
     def _on_msg(self, env: dict) -> None:
         self._msgs.append(env)
@@ -404,32 +457,6 @@ class ClientProtocol:
                     if owed is not None:
                         self._answers.append((owed, error.reply()))
 
-
-def _request_id(item: dict | tuple) -> str | None:
-    """The id of a queued request; None for a post (an envelope owed no answer)."""
-    return item[1] if item.__class__ is tuple else item.get("id")
-
-
-def _is_ask(item: dict | tuple) -> bool:
-    """An ask or supervisor ask: the requests that carry their own ``timeout``."""
-    return item.__class__ is not tuple and "timeout" in item and "id" in item
-
-
-def _resend(owed: Owed, now: float) -> dict | tuple:
-    """What to send again for ``owed``: its request, an ask with the rest of its
-    own timeout (``owed.made_at``, when the driver set it, is when it was made), so
-    a reconnect never stretches the ask's deadline."""
-    request = owed.request
-    made_at = getattr(owed, "made_at", None)
-    if made_at is None or not _is_ask(request):
-        return request
-    left = request["timeout"] - (now - made_at)
-    return {**request, "timeout": max(left, _MIN_RESENT_TIMEOUT_S)}
-
-
-# An ask resent at its deadline still goes out with a valid timeout; its caller's own
-# deadline, a few seconds later, ends the wait in any case.
-_MIN_RESENT_TIMEOUT_S = 0.5
 
 # Broker kinds by what reading them does; ``hb`` (and anything unknown) only shows the
 # broker alive.

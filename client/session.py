@@ -336,6 +336,12 @@ class Session(ConversationMethods, HostingMethods):
         del fields["action"]
         return self._ask("supervisor", fields, timeout)
 
+    def stats(self, top: int | None = None) -> dict[str, Any]:
+        """What the broker holds and does, ``top`` rows per largest-first list (see
+        ``stats`` in schemas.kinds). Control connections only: a session is refused
+        ``control_only``."""
+        return self._call("stats", {} if top is None else {"top": top})
+
     def mark_terminal(self) -> dict[str, Any]:
         """Declare that this session can no longer answer asks (a finished child)."""
         return self._call("status", {"replyCapability": "terminal"})
@@ -373,7 +379,10 @@ class Session(ConversationMethods, HostingMethods):
         round trips. Parameters are checked by the broker. A live delivery resolves
         to ``{"ok": True, "delivered": True, "messageId": id}`` (acknowledged in
         batches), a queued workflow send to the full ``queued`` answer, a failure to
-        the usual error dict.
+        the usual error dict. A target past its backlog bound is waited for, not
+        reported: the send goes again under its id while the target reads
+        (client.backpressure), and fails ``target_backlogged`` only if it takes none
+        for ``CALL_TIMEOUT_S``.
         """
         msg_id = f"{self._bulk_prefix}{self._bulk_next():x}"
         if not attachments and to.__class__ is str and message.__class__ is str:

@@ -17,7 +17,7 @@ Invariants:
   whoever releases the lock has just seen ZMQ_EVENTS without POLLIN after its last
   send: anything that arrives later signals the IO thread.
 * The IO thread sleeps in epoll on ZMQ_FD and the waker *without* the lock, waking at
-  least every ``TIMER_INTERVAL_S`` for the timers. A leader switches ZMQ_FD off there
+  least every ``timer_interval_s`` for the timers. A leader switches ZMQ_FD off there
   while it leads, so its answer does not wake the IO thread too, and on again after
   (level-triggered: that wakes the IO thread at once if input waits).
 * Any thread may queue (``request``, ``request_send``, ``post``): the protocol's
@@ -49,7 +49,7 @@ import zmq
 
 from schemas.limits import MAX_INBOUND_FRAME_BYTES
 
-from .protocol import TIMER_INTERVAL_S, ClientProtocol, Inbound, State
+from .protocol import ClientProtocol, Inbound, State
 from .handshakes import HandshakeWatch
 from .keys import CurveKeys
 from .replies import FINISHED, PENDING, Reply, resolve
@@ -288,7 +288,7 @@ class Transport:
         self._io_watch(False)
         try:
             while True:
-                wait_s = TIMER_INTERVAL_S
+                wait_s = self._timer_wait_s()
                 if deadline is not None:
                     wait_s = min(wait_s, deadline - time.monotonic())
                     if wait_s <= 0:
@@ -302,6 +302,15 @@ class Transport:
                     return
         finally:
             self._io_watch(True)
+
+    def _timer_wait_s(self) -> float:
+        """How long the socket's holder may wait before the timers are due: at most
+        the protocol's timer interval, less when held sends may go again sooner."""
+        interval = self._protocol.timer_interval_s     # the welcome may change it
+        due = self._protocol.next_due()
+        if due is None:
+            return interval
+        return min(interval, max(0.001, due - time.monotonic()))
 
     def _timers(self) -> None:
         """Holding ``_io_lock``: the protocol's timers, then failover if it is due."""
@@ -432,7 +441,7 @@ class Transport:
 
     def _run(self) -> None:
         poll = self._io_poller.poll
-        timeout = TIMER_INTERVAL_S if _EPOLL else TIMER_INTERVAL_S * 1000
+        scale = 1 if _EPOLL else 1000         # epoll takes seconds, poll milliseconds
         lock = self._io_lock
         wake_fd = self._waker.fd
         protocol = self._protocol
@@ -451,7 +460,8 @@ class Transport:
                             self._waker.clear()
                     self._timers()
                     self._service()
-                ready = poll(timeout)
+                    wait = self._timer_wait_s() * scale     # the protocol's: under the lock
+                ready = poll(wait)
         finally:
             with lock:
                 self._stop_watching()

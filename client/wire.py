@@ -17,9 +17,10 @@ from schemas.limits import MAX_FRAME_BYTES, MAX_SEND_ITEMS, PROTOCOL_VERSION
 SENDS_BYTES = MAX_FRAME_BYTES // 4
 
 
-def take_envelopes(outbox: deque) -> list[dict]:
+def take_envelopes(outbox: deque, held: dict | None = None) -> list[dict]:
     """Pop everything queued in ``outbox`` (other threads may keep appending) and
-    return it as envelopes, in order."""
+    return it as envelopes, in order. A plain send to a target in ``held`` (see
+    client.backpressure) joins the end of that target's hold instead."""
     popleft = outbox.popleft
     envs: list[dict] = []
     while outbox:
@@ -28,6 +29,9 @@ def take_envelopes(outbox: deque) -> list[dict]:
             envs.append(item)
             continue
         to, msg_id, text = item
+        if held and to in held:
+            held[to].later.append(msg_id)
+            continue
         ids = [msg_id]
         texts = [text]
         # An upper bound of the UTF-8 size (exact for ASCII); a message that would

@@ -46,7 +46,8 @@ BOUNDS: tuple[Bound, ...] = (
           f"id's reclaim secret is not counted"),
     Bound("max_backlog_bytes", "maxBacklogBytes", limits.MAX_BACKLOG_BYTES, "target_backlogged",
           "bytes sent to one session that its client has not read yet; past it sends to that "
-          "session are refused, past twice it the session is dropped as not reading"),
+          "session are refused (a pipelined send waits and goes again while the session "
+          "reads), past twice it the session is dropped as not reading"),
     Bound("max_runs_per_session", "maxRunsPerSession", limits.MAX_RUNS_PER_SESSION,
           "too_many_runs", "workflow runs one session hosts at once"),
     Bound("max_run_entries", "maxRunEntries", limits.MAX_RUN_ENTRIES, "run_full",

@@ -126,7 +126,7 @@ _TABLE = [
     ErrorSpec("no_agent", "authority", "This session belongs to no agent; connect with agent=... "
               "to use {what}"),
     ErrorSpec("control_read_only", "authority", "A control connection may only read (list, "
-              "groups, status, sessions); {what} needs a session: connect without "
+              "groups, status, sessions, stats); {what} needs a session: connect without "
               "sessionKind \"control\""),
     ErrorSpec("control_only", "authority", "{what} is for control connections only (connect "
               "with sessionKind \"control\")"),

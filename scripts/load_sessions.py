@@ -17,7 +17,8 @@ What it does, in order (every step bounded by a timeout; the script stops by its
    tells them to go, and each opens its share of the N sessions with
    ``Client.connect(name=f"w{p}-s{i}", endpoint=...)`` in the default group, one
    after another. Reported: total connect time (go -> last worker done), connects/s,
-   per-connect latency, and how long until the watcher had every ``session_joined``.
+   per-connect latency, and how long until the watcher had every ``session_joined``;
+   the broker's RSS per session, just connected and again after ``--idle-s`` idle.
 4. With all N connected: p50/p99 of ``intercom(action="list")`` and of
    ``intercom(action="status")`` from the probe (``--calls`` each, after a warm-up).
 5. Fan-out: the probe sends one message to each of 100 random worker sessions by
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="200 sessions")
     parser.add_argument("--calls", type=int, default=300, help="measured list/status calls each")
     parser.add_argument("--fanout", type=int, default=100, help="fan-out recipients")
+    parser.add_argument("--idle-s", type=float, default=10.0,
+                        help="seconds idle after connecting before RSS is read again (default 10)")
     parser.add_argument("--seed", type=int, default=None, help="seed for the fan-out sample")
     parser.add_argument("--max-seconds", type=float, default=900.0,
                         help="abort the whole run after this long (default 900)")

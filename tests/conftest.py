@@ -16,6 +16,36 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The windows every test broker runs with (flags of python -m broker), shorter than the
+# defaults (3 s, 10 s) so that what waits on them waits less; a test passes its own
+# flag to override one. The adoption grace stays well above the liveness window plus
+# a client's failover step, as the defaults are: runs still follow their host.
+LIVENESS_S = 1.5
+ADOPT_GRACE_S = 5.0
+TEST_WINDOWS = {"--liveness-s": str(LIVENESS_S), "--adopt-grace-s": str(ADOPT_GRACE_S)}
+
+# The tests start hundreds of broker and client processes. With bytecode writing off
+# (PYTHONDONTWRITEBYTECODE) each one compiled every module it imports from source, a
+# quarter of a broker's start-up CPU; they share one bytecode cache outside the tree
+# instead (the xdist workers and every child inherit this environment).
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    os.environ.setdefault("PYTHONPYCACHEPREFIX",
+                          str(Path(tempfile.gettempdir()) / f"intercom-pycache-{os.getuid()}"))
+
+
+def pytest_collection_modifyitems(items):
+    """Long tests first: xdist hands tests out in this order, and a long one handed
+    out last keeps one worker busy after the others ran out of work. Property tests
+    (hypothesis) run for seconds of CPU and integration tests wait on processes; unit
+    tests are short and fill the gaps at the end. The sort is stable, so each file's
+    tests keep their order."""
+    def rank(item) -> int:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            return 0
+        return 1 if "integration" in item.path.parts else 2
+
+    items.sort(key=rank)
+
 
 @dataclass
 class BrokerProcess:
@@ -59,9 +89,12 @@ def wait_listening(endpoint: str, proc: subprocess.Popen, timeout: float = 20.0)
 
 def start_broker(data_dir: Path, *extra: str, env: dict | None = None,
                  wait: bool = True) -> BrokerProcess:
-    """Start ``python -m broker`` on ipc sockets inside ``data_dir``; with ``wait``,
+    """Start ``python -m broker`` on ipc sockets inside ``data_dir`` with the test
+    windows (:data:`TEST_WINDOWS`, unless ``extra`` sets one); with ``wait``,
     return once its ROUTER socket accepts connections (or it exited): a client that
     finds no socket fails at once rather than waiting for a broker to appear."""
+    windows = [arg for flag, value in TEST_WINDOWS.items() if flag not in extra
+               for arg in (flag, value)]
     endpoint = f"ipc://{data_dir}/broker.sock"
     pub = f"ipc://{data_dir}/presence.sock"
     log = data_dir / f"broker-{len(list(data_dir.glob('broker-*.log')))}.log"
@@ -70,7 +103,7 @@ def start_broker(data_dir: Path, *extra: str, env: dict | None = None,
     with open(log, "wb") as log_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "broker", "--data-dir", str(data_dir), "--endpoint", endpoint,
-             "--pub-endpoint", pub, *extra],
+             "--pub-endpoint", pub, *windows, *extra],
             cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
     if wait:
         try:

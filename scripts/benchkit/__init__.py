@@ -14,6 +14,8 @@ One idea per module:
 ``report``           result rows, the table printer, percentiles and medians
 ``live_sections``    bench.py sections ``throughput``, ``latency`` and ``ask``
 ``durable_section``  bench.py section ``durable`` and the sticky rows check
+``peers_section``    bench.py section ``peers`` (``--peers``): the same workloads on NATS
+``nats_roles``       the NATS roles, run by the NATS venv's interpreter
 ``scaling``          bench.py section ``scaling`` (costs at a small and a large size):
                      parts ``stages`` and ``runs`` and their roles
 ``scaling_departure``  its part ``departure`` (mass SIGKILL) and the observer role

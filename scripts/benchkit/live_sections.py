@@ -72,23 +72,27 @@ def measure_bus_throughput(h: Harness, broker: Proc, ep: Endpoints, n_senders: i
                            cfg: Config, *,
                            mode: str = "pipelined", count: int | None = None,
                            warm: int | None = None, sender_endpoint: str | None = None,
-                           before_senders: Callable[[str], None] | None = None) -> dict:
+                           before_senders: Callable[[str], None] | None = None,
+                           spawn: Callable[..., Proc] | None = None) -> dict:
     """``sender_endpoint``: the senders' broker, when not the receiver's (another broker
-    on the same database); ``before_senders(receiver id)`` runs before they start."""
+    on the same database); ``before_senders(receiver id)`` runs before they start;
+    ``spawn(role, **args)`` starts the roles (default: ``h.spawn_role``, the Python
+    client's; ``scripts/bench_node.py`` passes the Node client's)."""
+    spawn = spawn or h.spawn_role
     count = count or cfg.count
     warm = cfg.warm if warm is None else warm
-    receiver = h.spawn_role("bus_receiver", endpoint=ep.router, warm=warm, count=count,
-                            timeout_s=cfg.run_timeout_s)
+    receiver = spawn("bus_receiver", endpoint=ep.router, warm=warm, count=count,
+                     timeout_s=cfg.run_timeout_s)
     senders: list[Proc] = []
     try:
         to = receiver.expect("ready", 30)["session_id"]
         if before_senders is not None:
             before_senders(to)
         for w, c in zip(split_evenly(warm, n_senders), split_evenly(count, n_senders)):
-            senders.append(h.spawn_role("bus_sender", endpoint=sender_endpoint or ep.router,
-                                        to=to, warm=w,
-                                        count=c, size=MESSAGE_BYTES, mode=mode,
-                                        window=cfg.window))
+            senders.append(spawn("bus_sender", endpoint=sender_endpoint or ep.router,
+                                 to=to, warm=w,
+                                 count=c, size=MESSAGE_BYTES, mode=mode,
+                                 window=cfg.window))
     except BaseException:
         h.reap([receiver, *senders], timeout=0)
         raise
@@ -230,18 +234,21 @@ def section_latency(h: Harness, cfg: Config, results: Results) -> None:
 
 def measure_ask(h: Harness, router: Proc, responder_role: str, probe_role: str,
                 cfg: Config, probe_endpoint: str | None = None,
-                before_probe: Callable[[str], None] | None = None, **args: Any) -> dict:
+                before_probe: Callable[[str], None] | None = None,
+                spawn: Callable[..., Proc] | None = None, **args: Any) -> dict:
     """One ask run: responder up, probe measures; CPU per round trip of each process.
-    ``probe_endpoint``: the asker's broker, when not the responder's."""
+    ``probe_endpoint``: the asker's broker, when not the responder's; ``spawn(role,
+    **args)``: how roles start (default ``h.spawn_role``)."""
+    spawn = spawn or h.spawn_role
     identity = h._next("responder-")
-    responder = h.spawn_role(responder_role, identity=identity, **args)
+    responder = spawn(responder_role, identity=identity, **args)
     probe = None
     try:
         to = responder.expect("ready", 30).get("session_id") or identity
         if before_probe is not None:
             before_probe(to)
         probe_args = dict(args, endpoint=probe_endpoint) if probe_endpoint else args
-        probe = h.spawn_role(probe_role, to=to, n=cfg.ask_n, warm=cfg.ask_warm, **probe_args)
+        probe = spawn(probe_role, to=to, n=cfg.ask_n, warm=cfg.ask_warm, **probe_args)
         probe.expect("ready", 60)
         cpu0 = proc_cpu_s(router.pid)
         probe.tell("go")

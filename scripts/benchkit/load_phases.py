@@ -82,6 +82,25 @@ def phase_connect(run: Run) -> None:
     st = run.sample(f"{n_ok} connected")
     run.broker_cpu_connect = st.get("cpu_s", 0.0) - run.rss[0][1].get("cpu_s", 0.0)
     run.row("broker CPU during connect phase", f"{run.broker_cpu_connect:.2f} s")
+    rss_per_session(run, st, n_ok, "just connected")
+    if run.args.idle_s > 0:
+        # Idle memory is the measurement: a connection's libzmq state grows with the
+        # traffic it has carried (heartbeats included), so it is read again later.
+        time.sleep(run.args.idle_s)
+        run.alive()
+        rss_per_session(run, run.sample(f"{n_ok} idle {run.args.idle_s:g} s"), n_ok,
+                        f"after {run.args.idle_s:g} s idle")
+
+
+def rss_per_session(run: Run, st: dict, n: int, when: str) -> None:
+    """The broker's resident memory per connected session, over what it held before
+    the sessions connected (goal of issue 20: at most 20 KiB at 1,000 idle)."""
+    base = run.rss[0][1].get("VmRSS")
+    if base is None or "VmRSS" not in st or not n:
+        return
+    run.row(f"broker RSS per session, {when}",
+            f"{(st['VmRSS'] - base) * 1024 / n:.1f} KiB ({st['VmRSS']:.1f} MiB for {n} "
+            f"sessions, {base:.1f} MiB before)")
 
 
 def phase_latency(run: Run) -> None:

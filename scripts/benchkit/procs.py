@@ -315,12 +315,13 @@ class Harness:
         proc.expect("ready", 20)
         return proc, ep
 
-    def start_broker(self, profile: Path | None = None, *extra: str) -> tuple[Proc, Endpoints]:
+    def start_broker(self, profile: Path | None = None, *extra: str,
+                     bounds: tuple[str, ...] = BENCH_BOUNDS) -> tuple[Proc, Endpoints]:
         data = self.dir / self._next("b")
         data.mkdir()
         ep = Endpoints(router=f"ipc://{data}/broker.sock", pub=f"ipc://{data}/presence.sock",
                        data_dir=data)
-        argv = broker_argv(data, ep.router, ep.pub, "--log-level", "info", *BENCH_BOUNDS,
+        argv = broker_argv(data, ep.router, ep.pub, "--log-level", "info", *bounds,
                            *extra, profile=profile)
         proc = self.spawn("broker", argv, pipes=False)
         state = wait_for_bind(proc, Path(ep.router[len("ipc://"):]), 20, 0.02)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+import traceback
+from typing import Any, Callable
 
 MESSAGE_BYTES = 100
 HWM = 100_000                  # same high-water marks as broker and client use
@@ -20,6 +21,18 @@ HWM = 100_000                  # same high-water marks as broker and client use
 def emit(event: str, **fields: Any) -> None:
     sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
     sys.stdout.flush()
+
+
+def run_reporting(body: Callable[[], object]) -> int:
+    """Run a role's body: 0, or 1 after an ``error`` event carrying the traceback."""
+    try:
+        body()
+        return 0
+    except SystemExit:
+        raise
+    except BaseException:
+        emit("error", error=traceback.format_exc())
+        return 1
 
 
 def wait_go() -> None:

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import sys
-import traceback
 from pathlib import Path
 from typing import Callable
 
@@ -36,7 +35,7 @@ from benchkit.bus_roles import (
     role_bus_sender,
 )
 from benchkit.profiling import ThreadProfiles
-from benchkit.role_io import emit
+from benchkit.role_io import run_reporting
 from benchkit.scaling import (
     role_scaling_host,
     role_scaling_list_probe,
@@ -70,13 +69,7 @@ def run_role(name: str, args_json: str) -> int:
     profile_dir = os.environ.get("BENCH_PROFILE_DIR")
     profiles = ThreadProfiles() if profile_dir else None
     try:
-        ROLES[name](**json.loads(args_json))
-        return 0
-    except SystemExit:
-        raise
-    except BaseException:
-        emit("error", error=traceback.format_exc())
-        return 1
+        return run_reporting(lambda: ROLES[name](**json.loads(args_json)))
     finally:
         if profiles is not None:
             profiles.dump(Path(profile_dir) / f"{name}-{os.getpid()}.prof")

@@ -256,6 +256,19 @@ def shared_broker():
     yield from module_broker()
 
 
+def module_connect_broker():
+    """A module-scoped ``broker`` fixture for a test module whose tests only open
+    sessions with ``connect`` (tests/conftest.py closes them after each test) and
+    work on workflow runs of their own: they share one broker process instead of
+    starting one each. Use as ``broker = module_connect_broker()`` in the module."""
+    @pytest.fixture(scope="module")
+    def broker():
+        for proc in module_broker():
+            yield proc
+            assert proc.proc.poll() is None, "the module's broker died during its tests"
+    return broker
+
+
 @pytest.fixture
 def bus(shared_broker):
     handle = Bus(shared_broker)

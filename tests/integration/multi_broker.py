@@ -13,7 +13,7 @@ from typing import Callable
 import pytest
 
 from tests.conftest import BrokerProcess, start_broker
-from tests.integration.conftest import make_tmp
+from tests.integration.conftest import make_tmp, unique
 
 LEASE_S = "3"          # a short broker lease: an expiry shows within a few seconds
 
@@ -40,6 +40,7 @@ class Cluster:
         self.extra = extra
         self.brokers: list[BrokerProcess] = []
         self.opened: list = []
+        self.group = unique("t")     # a group of the current test's own (see shared_cluster)
         try:
             for _ in range(count):
                 self.start()
@@ -63,12 +64,16 @@ class Cluster:
         self.opened.append(session)
         return session
 
-    def close(self) -> None:
+    def close_sessions(self) -> None:
         for session in self.opened:
             try:
                 session.close()
             except Exception:
                 pass
+        self.opened = []
+
+    def close(self) -> None:
+        self.close_sessions()
         for proc in self.brokers:
             proc.stop()
         shutil.rmtree(self.root, ignore_errors=True)
@@ -84,6 +89,28 @@ def query(db: Path | str, statement: str) -> list[tuple]:
             return conn.execute(statement).fetchall()
     with sqlite3.connect(db) as conn:
         return list(conn.execute(statement))
+def shared_cluster(name: str, count: int, *extra: str):
+    """Fixtures for the tests of a module that neither stop, kill nor restart a broker:
+    they share ``count`` brokers (started once per module and xdist worker) instead of
+    starting their own. The test fixture ``name`` is the cluster with a fresh
+    ``group`` for the test's sessions (sessions in other groups are invisible to
+    them), and closes the test's sessions after it. Assign both at module level:
+    ``_brokers, two = shared_cluster("two", 2)``."""
+    @pytest.fixture(scope="module", name=f"{name}_brokers")
+    def brokers():
+        cluster = Cluster(count, *extra)
+        yield cluster
+        cluster.close()
+
+    @pytest.fixture(name=name)
+    def per_test(request):
+        cluster = request.getfixturevalue(f"{name}_brokers")
+        cluster.group = unique("t")
+        yield cluster
+        cluster.close_sessions()
+        assert all(p.proc.poll() is None for p in cluster.brokers), "a shared broker died"
+
+    return brokers, per_test
 
 
 def wait_until(condition: Callable[[], object], timeout: float, what: str):

@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import module_connect_broker
+
 PEER = Path(__file__).with_name("peer_process.py")
+
+# One broker for the module: each test's sessions and peer processes end with it.
+broker = module_connect_broker()
 
 
 @pytest.fixture

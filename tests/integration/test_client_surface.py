@@ -12,6 +12,10 @@ import pytest
 from client import Client, ConnectError
 from schemas.config import Config
 from tests.conftest import ROOT, start_broker
+from tests.integration.conftest import module_connect_broker
+
+# One broker for the module: each test closes the sessions it opens.
+broker = module_connect_broker()
 
 
 def open_session(broker, name, **kwargs):

@@ -13,24 +13,27 @@ import time
 
 import pytest
 
-from tests.integration.conftest import drain_events, summary, wait_for_event
-from tests.integration.multi_broker import (Cluster, PubTail, database_for, on_both_stores,
-                                            others_live, sees, wait_until)
+from tests.conftest import LIVENESS_S   # the window the test brokers run with
+from tests.integration.conftest import drain_events, wait_for_event
+from tests.integration.multi_broker import (Cluster, PubTail, database_for, on_both_stores, others_live, sees, shared_cluster, wait_until)
 
 pytestmark = pytest.mark.timeout(90)
 
-LIVENESS_S = 3.0
+# Tests that leave every broker running share them, each in a group of its own;
+# a test that stops, kills or restarts one starts its own (two_own, three_own).
+_two_brokers, two = shared_cluster("two", 2)
+_three_brokers, three = shared_cluster("three", 3)
 
 
 @pytest.fixture
-def two(request, store_kind):
+def two_own(request, store_kind):
     cluster = Cluster(2, db=database_for(store_kind, request))
     yield cluster
     cluster.close()
 
 
 @pytest.fixture
-def three():
+def three_own():
     cluster = Cluster(3)
     yield cluster
     cluster.close()
@@ -48,30 +51,30 @@ def linked(cluster: Cluster, sessions: list, names: list[str], others: int) -> N
 # -- leases and status ---------------------------------------------------------------
 
 @on_both_stores
-def test_two_brokers_on_one_file_report_multi_node_and_one_other(two):
-    a = two.connect(0, "alice")
+def test_two_brokers_on_one_file_report_multi_node_and_one_other(two_own):
+    a = two_own.connect(0, "alice")
     wait_until(lambda: others_live(a) == 1, 15, "the second broker counted")
     broker = a.intercom(action="status")["broker"]
     assert (broker["routing"], broker["otherBrokersLive"]) == ("multi-node", 1)
 
 
-def test_a_clean_stop_stops_counting_at_once(two):
-    a = two.connect(0, "alice")
+def test_a_clean_stop_stops_counting_at_once(two_own):
+    a = two_own.connect(0, "alice")
     wait_until(lambda: others_live(a) == 1, 15, "the second broker counted")
-    two.brokers[1].stop()
+    two_own.brokers[1].stop()
     # Told over the link before it exits: no lease has to run out.
     assert others_live(a) == 0 or wait_until(lambda: others_live(a) == 0, 1.0, "bye seen")
     assert a.intercom(action="status")["broker"]["routing"] == "single-node"
 
 
-def test_a_killed_brokers_lease_stops_counting_once_it_ends_and_a_restart_counts_no_ghost(two):
-    a = two.connect(0, "alice")
+def test_a_killed_brokers_lease_stops_counting_once_it_ends_and_a_restart_counts_no_ghost(two_own):
+    a = two_own.connect(0, "alice")
     wait_until(lambda: others_live(a) == 1, 15, "the second broker counted")
-    second_dir = two.brokers[1].data_dir
-    two.brokers[1].kill()
+    second_dir = two_own.brokers[1].data_dir
+    two_own.brokers[1].kill()
     wait_until(lambda: others_live(a) == 0, 3 + LIVENESS_S + 2, "the dead broker no longer counted")
-    restarted = two.start(second_dir)            # same endpoint, a new broker id
-    b = two.connect(2, "bob")
+    restarted = two_own.start(second_dir)            # same endpoint, a new broker id
+    b = two_own.connect(2, "bob")
     wait_until(lambda: others_live(a) == 1, 15, "the restarted broker counted")
     assert others_live(b) == 1                   # not 2: its predecessor's row is gone
     assert restarted.proc.poll() is None
@@ -80,26 +83,28 @@ def test_a_killed_brokers_lease_stops_counting_once_it_ends_and_a_restart_counts
 # -- sessions across brokers ---------------------------------------------------------
 
 def test_list_groups_and_status_count_sessions_on_every_broker(three):
-    a = three.connect(0, "alice", group="team")
-    b = three.connect(1, "bob", group="team")
-    c = three.connect(2, "carol", group="team")
-    three.connect(2, "dave", group="elsewhere")
+    a = three.connect(0, "alice", group=three.group)
+    b = three.connect(1, "bob", group=three.group)
+    c = three.connect(2, "carol", group=three.group)
+    elsewhere = f"{three.group}-x"
+    three.connect(2, "dave", group=elsewhere)
     linked(three, [a, b, c], ["alice", "bob", "carol"], 2)
     assert sorted(r["name"] for r in b.intercom(action="list")["sessions"]) == ["alice", "carol"]
     assert a.intercom(action="status")["visibleSessions"] == 2
     groups = {g["name"]: g["sessions"] for g in a.intercom(action="groups")["groups"]}
     wait_until(lambda: {g["name"]: g["sessions"] for g in a.intercom(action="groups")["groups"]}
-               .get("elsewhere") == 1, 10, "dave's group counted on alice's broker")
-    assert groups["team"] == 3
+               .get(elsewhere) == 1, 10, "dave's group counted on alice's broker")
+    assert groups[three.group] == 3
 
 
 def test_targeting_across_brokers_by_name_prefix_and_atomic_id_with_visibility(two):
-    a = two.connect(0, "alice", group="team")
-    b = two.connect(1, "bob", group="team", atomic_session_id="atomic-bob")
-    hidden = two.connect(1, "hidden", group="other")
+    a = two.connect(0, "alice", group=two.group)
+    b = two.connect(1, "bob", group=two.group, atomic_session_id="atomic-bob")
+    other = f"{two.group}-x"
+    hidden = two.connect(1, "hidden", group=other)
     linked(two, [a, b], ["alice", "bob"], 1)
     wait_until(lambda: a.intercom(action="groups")["groups"] and any(
-        g["name"] == "other" for g in a.intercom(action="groups")["groups"]), 10, "hidden mirrored")
+        g["name"] == other for g in a.intercom(action="groups")["groups"]), 10, "hidden mirrored")
     for to in ("bob", "BOB", b.id[:8], b.id, "atomic-bob"):
         answer = a.intercom(action="send", to=to, message=f"via {to}")
         assert (answer["ok"], answer.get("to")) == (True, b.id), answer
@@ -109,9 +114,9 @@ def test_targeting_across_brokers_by_name_prefix_and_atomic_id_with_visibility(t
 
 
 def test_an_ambiguous_name_across_brokers_is_refused_naming_both(three):
-    a = three.connect(0, "alice", group="team")
-    b1 = three.connect(1, "twin", group="team")
-    b2 = three.connect(2, "twin", group="team")
+    a = three.connect(0, "alice", group=three.group)
+    b1 = three.connect(1, "twin", group=three.group)
+    b2 = three.connect(2, "twin", group=three.group)
     wait_until(lambda: len([r for r in a.intercom(action="list")["sessions"] if r["name"] == "twin"]) == 2,
                15, "both twins listed")
     refused = a.intercom(action="send", to="twin", message="which?")
@@ -119,10 +124,10 @@ def test_an_ambiguous_name_across_brokers_is_refused_naming_both(three):
     assert b1.id in refused["error"] and b2.id in refused["error"]
 
 
-def test_send_across_brokers_is_delivered_once_and_answered_by_the_targets_broker(two):
-    a = two.connect(0, "alice", group="team")
-    b = two.connect(1, "bob", group="team")
-    linked(two, [a, b], ["alice", "bob"], 1)
+def test_send_across_brokers_is_delivered_once_and_answered_by_the_targets_broker(two_own):
+    a = two_own.connect(0, "alice", group=two_own.group)
+    b = two_own.connect(1, "bob", group=two_own.group)
+    linked(two_own, [a, b], ["alice", "bob"], 1)
     answer = a.intercom(action="send", to="bob", message="hello")
     assert (answer["ok"], answer["delivered"], answer["toName"]) == (True, True, "bob")
     got = b.receive(5)
@@ -131,8 +136,8 @@ def test_send_across_brokers_is_delivered_once_and_answered_by_the_targets_broke
 
 
 def test_pipelined_sends_across_brokers_arrive_in_order(two):
-    a = two.connect(0, "alice", group="team")
-    b = two.connect(1, "bob", group="team")
+    a = two.connect(0, "alice", group=two.group)
+    b = two.connect(1, "bob", group=two.group)
     linked(two, [a, b], ["alice", "bob"], 1)
     futures = [a.send_nowait("bob", f"m{i}") for i in range(200)]
     assert all(f.result(10)["ok"] for f in futures)
@@ -140,8 +145,8 @@ def test_pipelined_sends_across_brokers_arrive_in_order(two):
 
 
 def test_a_plain_reply_goes_back_across_brokers_and_can_be_answered_again(two):
-    a = two.connect(0, "alice", group="team")
-    b = two.connect(1, "bob", group="team")
+    a = two.connect(0, "alice", group=two.group)
+    b = two.connect(1, "bob", group=two.group)
     linked(two, [a, b], ["alice", "bob"], 1)
     a.intercom(action="send", to="bob", message="ping")
     assert b.receive(5)["message"] == "ping"
@@ -153,8 +158,8 @@ def test_a_plain_reply_goes_back_across_brokers_and_can_be_answered_again(two):
 
 
 def test_ask_and_reply_across_brokers_with_pending_on_the_targets_side(two):
-    a = two.connect(0, "alice", group="team")
-    b = two.connect(1, "bob", group="team")
+    a = two.connect(0, "alice", group=two.group)
+    b = two.connect(1, "bob", group=two.group)
     linked(two, [a, b], ["alice", "bob"], 1)
     result = {}
     asker = threading.Thread(target=lambda: result.update(
@@ -170,14 +175,14 @@ def test_ask_and_reply_across_brokers_with_pending_on_the_targets_side(two):
 
 
 def test_a_child_on_another_broker_inherits_the_group_and_reaches_its_supervisor(two):
-    parent = two.connect(0, "lead", group="crew")
+    parent = two.connect(0, "lead", group=two.group)
     linked(two, [parent], [], 1)
     grant = parent.grant_child()["grant"]
     # The parent must be mirrored on broker 1 before the child says hello there.
-    watcher = two.connect(1, "watcher", group="crew")
+    watcher = two.connect(1, "watcher", group=two.group)
     wait_until(lambda: sees(watcher, "lead"), 15, "the parent mirrored on broker 1")
     child = two.connect(1, "child", parent=parent.id, grant=grant, kind="noninteractive")
-    assert child.intercom(action="status")["homeGroup"] == "crew"
+    assert child.intercom(action="status")["homeGroup"] == two.group
     result = {}
     asker = threading.Thread(target=lambda: result.update(child.contact_supervisor("stuck")))
     asker.start()
@@ -189,20 +194,20 @@ def test_a_child_on_another_broker_inherits_the_group_and_reaches_its_supervisor
 
 
 def test_presence_across_brokers_in_band_and_on_every_pub(two):
-    a = two.connect(0, "alice", group="team")
-    two.connect(1, "early", group="team")
+    a = two.connect(0, "alice", group=two.group)
+    two.connect(1, "early", group=two.group)
     linked(two, [a], ["early"], 1)
-    tails = [PubTail(p.pub_endpoint, "team") for p in two.brokers]
+    tails = [PubTail(p.pub_endpoint, two.group) for p in two.brokers]
     try:
         for tail in tails:
             tail.warm_up(a)            # alice's status shows on both PUBs
         drain_events(a)
-        b = two.connect(1, "bob", group="team")
+        b = two.connect(1, "bob", group=two.group)
         event, _ = wait_for_event(a, lambda e: e["session"]["name"] == "bob", 10)
         assert event["event"] == "session_joined"
         for tail in tails:
             got = tail.wait_for(lambda e: e.get("session", {}).get("name") == "bob", 10)
-            assert (got["event"], got["group"]) == ("session_joined", "team")
+            assert (got["event"], got["group"]) == ("session_joined", two.group)
         b.close()
         event, _ = wait_for_event(a, lambda e: e["session"]["name"] == "bob", 10)
         assert event["event"] == "session_left"
@@ -213,15 +218,15 @@ def test_presence_across_brokers_in_band_and_on_every_pub(two):
 
 # -- a broker dies -------------------------------------------------------------------
 
-def test_a_killed_brokers_sessions_leave_the_others_within_the_liveness_window(three):
-    a = three.connect(0, "alice", group="team")
-    c = three.connect(2, "carol", group="team")
-    three.connect(1, "bob", group="team")
-    linked(three, [a, c], ["alice", "bob", "carol"], 2)
+def test_a_killed_brokers_sessions_leave_the_others_within_the_liveness_window(three_own):
+    a = three_own.connect(0, "alice", group=three_own.group)
+    c = three_own.connect(2, "carol", group=three_own.group)
+    three_own.connect(1, "bob", group=three_own.group)
+    linked(three_own, [a, c], ["alice", "bob", "carol"], 2)
     drain_events(a)
     drain_events(c)
     killed_at = time.monotonic()
-    three.brokers[1].kill()
+    three_own.brokers[1].kill()
     for session in (a, c):
         event, _ = wait_for_event(session, lambda e: e["session"]["name"] == "bob", LIVENESS_S + 3)
         assert event["event"] == "session_left"
@@ -232,8 +237,8 @@ def test_a_killed_brokers_sessions_leave_the_others_within_the_liveness_window(t
 def ask_across(two, message: str):
     """alice on broker 0 asks bob on broker 1; returns (bob, alice's answer, its thread)
     once bob has the ask."""
-    a = two.connect(0, "alice", group="team")
-    b = two.connect(1, "bob", group="team")
+    a = two.connect(0, "alice", group=two.group)
+    b = two.connect(1, "bob", group=two.group)
     linked(two, [a, b], ["alice", "bob"], 1)
     result = {}
     asker = threading.Thread(target=lambda: result.update(
@@ -243,19 +248,19 @@ def ask_across(two, message: str):
     return b, result, asker
 
 
-def test_an_ask_waiting_on_a_killed_broker_fails_promptly(two):
-    _, result, asker = ask_across(two, "still there?")
+def test_an_ask_waiting_on_a_killed_broker_fails_promptly(two_own):
+    _, result, asker = ask_across(two_own, "still there?")
     started = time.monotonic()
-    two.brokers[1].kill()
+    two_own.brokers[1].kill()
     asker.join(LIVENESS_S + 5)
     assert (result.get("ok"), result.get("code")) == (False, "peer_disconnected")
     assert time.monotonic() - started < LIVENESS_S + 3
 
 
-def test_sends_in_flight_to_a_killed_broker_are_each_answered_within_the_liveness_window(two):
-    a = two.connect(0, "alice", group="team")
-    b = two.connect(1, "bob", group="team")
-    linked(two, [a, b], ["alice", "bob"], 1)
+def test_sends_in_flight_to_a_killed_broker_are_each_answered_within_the_liveness_window(two_own):
+    a = two_own.connect(0, "alice", group=two_own.group)
+    b = two_own.connect(1, "bob", group=two_own.group)
+    linked(two_own, [a, b], ["alice", "bob"], 1)
     stop = threading.Event()
     futures: list = []
 
@@ -270,7 +275,7 @@ def test_sends_in_flight_to_a_killed_broker_are_each_answered_within_the_livenes
     # Answered, not only sent: on a loaded host the first sends may still be in flight.
     wait_until(lambda: sum(1 for f in futures[:2100] if f.done() and f.result()["ok"]) > 2000,
                10, "traffic flowing")
-    two.brokers[1].kill()
+    two_own.brokers[1].kill()
     killed_at = time.monotonic()
     wait_until(lambda: not sees(a, "bob"), LIVENESS_S + 3, "bob gone on alice's broker")
     stop.set()
@@ -291,26 +296,26 @@ def test_an_ask_fails_at_once_when_its_target_closes_on_the_other_broker(two):
 
 # -- clients fail over -----------------------------------------------------------------
 
-def test_a_client_fails_over_to_the_next_broker_with_its_id_and_memberships(two):
-    endpoints = [p.endpoint for p in two.brokers]
-    a = two.connect(0, "alice", group="team")
+def test_a_client_fails_over_to_the_next_broker_with_its_id_and_memberships(two_own):
+    endpoints = [p.endpoint for p in two_own.brokers]
+    a = two_own.connect(0, "alice", group=two_own.group)
     a.close()
     from client import Client   # noqa: PLC0415
-    alice = Client.connect(name="alice", endpoint=endpoints, group="team", timeout=15)
-    two.opened.append(alice)
+    alice = Client.connect(name="alice", endpoint=endpoints, group=two_own.group, timeout=15)
+    two_own.opened.append(alice)
     assert alice.intercom(action="join", group="extra")["ok"]
-    b = two.connect(1, "bob", group="team")
-    linked(two, [alice, b], ["alice", "bob"], 1)
+    b = two_own.connect(1, "bob", group=two_own.group)
+    linked(two_own, [alice, b], ["alice", "bob"], 1)
     first_broker = alice.intercom(action="status")["broker"]["id"]
     old_id = alice.id
-    two.brokers[0].kill()
+    two_own.brokers[0].kill()
     started = time.monotonic()
     # A call made meanwhile waits for the new broker's welcome and is answered there.
     wait_until(lambda: alice.intercom(action="status").get("broker", {}).get("id")
                not in (None, first_broker), LIVENESS_S + 10, "alice welcomed by the other broker")
     failover_s = time.monotonic() - started
     status = alice.intercom(action="status")
-    assert (alice.id, sorted(status["groups"])) == (old_id, ["extra", "team"])
+    assert (alice.id, sorted(status["groups"])) == (old_id, sorted(["extra", two_own.group]))
     assert failover_s < LIVENESS_S + 5
     assert b.intercom(action="send", to="alice", message="you moved")["ok"]
     assert alice.receive(5)["message"] == "you moved"
@@ -328,10 +333,10 @@ def test_endpoint_lists_come_from_the_environment_as_comma_separated_text(two, m
 # -- one id, one live session, store-wide ------------------------------------------------
 
 @on_both_stores
-def test_simultaneous_reclaims_of_one_id_on_two_brokers_grant_it_to_exactly_one(two):
+def test_simultaneous_reclaims_of_one_id_on_two_brokers_grant_it_to_exactly_one(two_own):
     from client import Client   # noqa: PLC0415
-    watcher = two.connect(1, "watcher", group="team")
-    first = two.connect(0, "twin", group="team")
+    watcher = two_own.connect(1, "watcher", group=two_own.group)
+    first = two_own.connect(0, "twin", group=two_own.group)
     identity = {"sessionId": first.id, "reclaimSecret": first.token}
     wait_until(lambda: sees(watcher, "twin"), 15, "the id's holder mirrored on broker 1")
     for round_ in range(5):
@@ -342,15 +347,15 @@ def test_simultaneous_reclaims_of_one_id_on_two_brokers_grant_it_to_exactly_one(
 
         def connect(index: int) -> None:
             barrier.wait()
-            opened[index] = Client.connect(name="twin", endpoint=two.brokers[index].endpoint,
-                                           group="team", identity=identity, timeout=15)
+            opened[index] = Client.connect(name="twin", endpoint=two_own.brokers[index].endpoint,
+                                           group=two_own.group, identity=identity, timeout=15)
 
         threads = [threading.Thread(target=connect, args=(i,)) for i in range(2)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(20)
-        two.opened.extend(opened)
+        two_own.opened.extend(opened)
         reclaimed = [s.welcome.get("reclaimed") for s in opened]
         assert sorted(reclaimed) == [False, True], (round_, [s.welcome for s in opened])
         winner, loser = opened if reclaimed[0] else opened[::-1]

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 
 from client import Client
-from tests.integration.multi_broker import (Cluster, database_for, on_both_stores, others_live,
-                                            wait_until)
+from tests.integration.multi_broker import (Cluster, database_for, on_both_stores, others_live, shared_cluster, wait_until)
 from tests.integration.workflow_helpers import (assert_refused, host_run, path, queue, run_row,
                                                 send, start_stage, take)
 
@@ -19,8 +18,13 @@ pytestmark = pytest.mark.timeout(120)
 HOST_LEASE_S = "2"
 
 
+# Tests that leave both brokers running share them (their runs and stage sessions are
+# their own); a test that stops, kills or restarts one starts its own (two_own).
+_two_brokers, two = shared_cluster("two", 2, "--host-lease-s", HOST_LEASE_S)
+
+
 @pytest.fixture
-def two(request, store_kind):
+def two_own(request, store_kind):
     cluster = Cluster(2, "--host-lease-s", HOST_LEASE_S, db=database_for(store_kind, request))
     yield cluster
     cluster.close()
@@ -78,13 +82,13 @@ def test_a_run_whose_host_left_still_queues_sends_from_another_broker(two):
 
 
 @on_both_stores
-def test_a_dead_brokers_runs_follow_their_host_and_lose_nothing_queued(two):
-    endpoints = [b.endpoint for b in two.brokers]
-    host, bob, run = linked_run(two, endpoints)
+def test_a_dead_brokers_runs_follow_their_host_and_lose_nothing_queued(two_own):
+    endpoints = [b.endpoint for b in two_own.brokers]
+    host, bob, run = linked_run(two_own, endpoints)
     target = path(run, "plan")
     for text in ("one", "two"):
         queue(bob, target, text)
-    two.brokers[0].kill()
+    two_own.brokers[0].kill()
     # The host fails over to broker 1, which takes the run over with everything queued.
     wait_until(lambda: host.connected and broker_id(host) == broker_id(bob), 30,
                "the host fails over to broker 1")
@@ -99,19 +103,19 @@ def test_a_dead_brokers_runs_follow_their_host_and_lose_nothing_queued(two):
     assert wait_until(queued_again, 30, "broker 1 owns the run")["position"] == 4
     row = run_row(host, run)                       # still the host of its run
     assert row["runId"] == run
-    stage = start_stage(lambda name, **kw: two.connect(1, name, **kw), run, "plan")
+    stage = start_stage(lambda name, **kw: two_own.connect(1, name, **kw), run, "plan")
     assert [m["message"] for m in take(stage, 4)] == ["probe", "one", "two", "three"]
     assert stage.receive(0.3) is None              # each once
 
 
-def test_a_restarted_broker_does_not_take_a_live_brokers_run(two):
-    host, bob, run = linked_run(two)
-    second_dir = two.brokers[1].data_dir
-    two.brokers[1].stop()
-    two.start(second_dir)                          # loads the database again
-    carol = two.connect(2, "carol", group=f"workflow:{run}")
+def test_a_restarted_broker_does_not_take_a_live_brokers_run(two_own):
+    host, bob, run = linked_run(two_own)
+    second_dir = two_own.brokers[1].data_dir
+    two_own.brokers[1].stop()
+    two_own.start(second_dir)                          # loads the database again
+    carol = two_own.connect(2, "carol", group=f"workflow:{run}")
     wait_until(lambda: others_live(carol) == 1, 15, "the restarted broker links")
-    stage = start_stage(lambda name, **kw: two.connect(2, name, **kw), run, "plan")
+    stage = start_stage(lambda name, **kw: two_own.connect(2, name, **kw), run, "plan")
     assert broker_id(stage) == broker_id(host)     # bound where the run is, not a copy
     assert [m["message"] for m in take(stage, 1)] == ["probe"]
     assert stage.receive(0.3) is None
@@ -153,14 +157,14 @@ def test_a_held_send_reaches_a_subagent_that_comes_back_on_another_broker(two):
     assert helper.receive(timeout=1) is None                   # once only
 
 
-def test_holds_and_dormancy_move_with_a_dead_brokers_run(two):
-    peer, run, helper_id, secret = dormant_with_held_send(two)
-    two.brokers[0].kill()
+def test_holds_and_dormancy_move_with_a_dead_brokers_run(two_own):
+    peer, run, helper_id, secret = dormant_with_held_send(two_own)
+    two_own.brokers[0].kill()
     # A stage hello on the survivor takes the run over (it waits for the adoption).
-    stage = start_stage(lambda name, **kw: two.connect(1, name, **kw), run, "plan",
+    stage = start_stage(lambda name, **kw: two_own.connect(1, name, **kw), run, "plan",
                         transcript="t-plan")
-    assert broker_id(stage) == broker_id(two.connect(1, "watcher"))
-    helper = two.connect(1, "helper", session_id=helper_id,
+    assert broker_id(stage) == broker_id(two_own.connect(1, "watcher"))
+    helper = two_own.connect(1, "helper", session_id=helper_id,
                          identity={"sessionId": helper_id, "reclaimSecret": secret})
     msg = helper.receive(timeout=10)
     assert msg is not None and msg["message"] == "while you were away"
@@ -229,10 +233,10 @@ def test_a_member_on_another_broker_lists_the_run_as_its_own_broker_does(two):
     assert [s["state"] for s in here["delivery"][0]["deliveryStates"]] == ["queued", "queued"]
 
 
-def test_a_list_on_another_broker_is_answered_with_a_marker_when_the_runs_broker_dies(two):
-    host, bob, run = linked_run(two)
+def test_a_list_on_another_broker_is_answered_with_a_marker_when_the_runs_broker_dies(two_own):
+    host, bob, run = linked_run(two_own)
     owner = broker_id(host)
-    two.brokers[0].kill()
+    two_own.brokers[0].kill()
 
     row = run_row(bob, run)          # answered, not waiting for the dead broker
 

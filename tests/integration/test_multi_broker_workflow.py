@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.multi_broker import (Cluster, database_for, on_both_stores, others_live,
-                                            wait_until)
+from tests.integration.multi_broker import (Cluster, database_for, on_both_stores, others_live, shared_cluster, wait_until)
 from tests.integration.workflow_helpers import host_run, path, queue, send, start_stage, take
 
 pytestmark = pytest.mark.timeout(90)
 
 
+# The tests that leave both brokers running share them (each on a run of its own); the
+# kill -9 test starts its own (two_own).
+_two_brokers, two = shared_cluster("two", 2)
+
+
 @pytest.fixture
-def two(request, store_kind):
+def two_own(request, store_kind):
     cluster = Cluster(2, db=database_for(store_kind, request))
     yield cluster
     cluster.close()
@@ -56,8 +60,8 @@ def test_sends_from_another_broker_to_a_pending_stage_queue_once_in_one_fifo(two
     assert stage.receive(0.3) is None          # nothing twice
 
 
-def test_the_cap_of_a_stage_queue_counts_sends_from_both_brokers(two):
-    host, bob, run = hosted_on_first(two)
+def test_the_cap_of_a_stage_queue_counts_sends_from_both_brokers(two_own):
+    host, bob, run = hosted_on_first(two_own)
     target = path(run, "plan")
     for i in range(25):
         queue(host, target, f"h{i}")
@@ -67,14 +71,14 @@ def test_the_cap_of_a_stage_queue_counts_sends_from_both_brokers(two):
 
 
 @on_both_stores
-def test_a_kill_9_of_the_runs_broker_loses_nothing_queued_from_the_other(two):
-    host, bob, run = hosted_on_first(two)
+def test_a_kill_9_of_the_runs_broker_loses_nothing_queued_from_the_other(two_own):
+    host, bob, run = hosted_on_first(two_own)
     target = path(run, "plan")
     for text in ("one", "two", "three"):
         queue(bob, target, text)
-    first_dir = two.brokers[0].data_dir
-    two.brokers[0].kill()
-    two.start(first_dir)                       # the same endpoint, a new broker id
-    stage = start_stage(lambda name, **kw: two.connect(2, name, **kw), run, "plan")
+    first_dir = two_own.brokers[0].data_dir
+    two_own.brokers[0].kill()
+    two_own.start(first_dir)                       # the same endpoint, a new broker id
+    stage = start_stage(lambda name, **kw: two_own.connect(2, name, **kw), run, "plan")
     assert [m["message"] for m in take(stage, 3)] == ["one", "two", "three"]
     assert stage.receive(0.3) is None

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from schemas.limits import LIVENESS_S
+from tests.conftest import LIVENESS_S   # the window the test brokers run with
 
 from .conftest import ROOT, LineReader, child_env, drain_events, stop_process, summary, unique, wait_for_event
 

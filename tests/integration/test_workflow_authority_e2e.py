@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.integration.conftest import module_connect_broker
 from tests.integration.workflow_helpers import (
     RECEIVE_S,
     assert_refused,
@@ -30,6 +31,9 @@ from tests.integration.workflow_helpers import (
     sync,
     take,
 )
+
+# One broker for the module: each test's sessions are closed after it, its runs are its own.
+broker = module_connect_broker()
 
 DIFFERENT_GROUP_TEXT = "Target workflow run is in a different intercom group"
 

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from schemas.limits import CALL_TIMEOUT_S, QUEUED_PER_TARGET
+from tests.integration.conftest import module_connect_broker
 from tests.integration.workflow_helpers import (
     RECEIVE_S,
     assert_nothing_queued_for,
@@ -35,6 +36,9 @@ from tests.integration.workflow_helpers import (
     take,
     undeliverable,
 )
+
+# One broker for the module: each test's sessions are closed after it, its runs are its own.
+broker = module_connect_broker()
 
 QUEUE_FULL_TEXT = "Pending stage message queue is full (limit 50)"
 BEFORE_START_HEADING = "Messages received before you started"

@@ -62,14 +62,19 @@ values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.binary(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
     max_leaves=20)
-fields = st.fixed_dictionaries({}, optional={
+known = st.fixed_dictionaries({}, optional={
     "v": st.sampled_from([1, 2, None, "1"]),
     "k": st.sampled_from(["hello", "call", "status", "hb", "bye", "workflow", "received", "zap"]),
     "id": st.one_of(st.text(max_size=10), st.integers()),
     "action": st.sampled_from(["list", "send", "join", "leave", "ask", "reply", "pending", "x"]),
     "name": values, "to": values, "message": values, "group": values, "groups": values,
     "attachments": values, "status": values, "replyTo": values, "sessionId": values,
-}).flatmap(lambda d: st.dictionaries(st.text(max_size=6), values, max_size=3).map(lambda e: {**e, **d}))
+})
+# Unknown keys beside the known ones (a known key wins a clash). Drawn independently and
+# merged, not with flatmap: a strategy built per draw is analysed again each time (the
+# same envelopes cost a fifth more CPU that way: 16.4 s against 13.1 s, one seed).
+fields = st.builds(lambda extra, d: {**extra, **d},
+                   st.dictionaries(st.text(max_size=6), values, max_size=3), known)
 
 
 # 100 examples: about 10-15 s of CPU here; on a host shared with other jobs the wall

@@ -252,6 +252,37 @@ def test_heartbeat_is_sent_when_nothing_was_sent_for_heartbeat_s():
     assert hb["k"] == "hb" and hb["read"] > 0     # it carries what was read (the welcome)
 
 
+def short_window_peer(liveness_s: Any) -> Peer:
+    peer = Peer()
+    (hello,) = peer.sent()
+    peer.welcome(hello, livenessS=liveness_s)
+    peer.events()
+    return peer
+
+
+def test_a_welcome_with_a_short_liveness_window_sets_the_heartbeat_and_the_silence_by_it():
+    peer = short_window_peer(1.5)
+    assert peer.protocol.timer_interval_s == 0.25
+    peer.jump(0.4)
+    assert peer.sent() == []
+    peer.jump(0.1)
+    assert [env["k"] for env in peer.sent()] == ["hb"]      # a third of the window
+    peer.now += 1.4 - 0.5
+    peer.feed(envelope("hb"))
+    peer.jump(1.4)
+    assert peer.protocol.connected                         # heard within the window
+    peer.jump(0.2)
+    assert peer.protocol.state is State.GREETING           # silent past it
+
+
+def test_a_welcome_liveness_window_that_is_no_number_or_too_short_is_not_taken_as_said():
+    for said, kept in (("3", LIVENESS_S), (True, LIVENESS_S), (float("nan"), LIVENESS_S),
+                       (float("inf"), LIVENESS_S), (0.001, 0.5), (-1, 0.5), (30, 30.0)):
+        peer = short_window_peer(said)
+        assert peer.protocol.liveness_s == kept, said
+        assert peer.protocol.timer_interval_s == min(HEARTBEAT_S, kept / 3) / 2, said
+
+
 def test_sending_anything_puts_the_heartbeat_off():
     peer = connected_peer()
     peer.jump(HEARTBEAT_S / 2)

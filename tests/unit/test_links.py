@@ -21,9 +21,9 @@ from tests.unit.harness import Bus, result_for, uuid_from
 class Node(Bus):
     """One broker of the pair: its own id, ids and tokens; the shared store."""
 
-    def __init__(self, broker_id: str, store: MemoryStore, first_id: int) -> None:
+    def __init__(self, broker_id: str, store: MemoryStore, first_id: int, **limits) -> None:
         self.broker_id = broker_id
-        super().__init__()
+        super().__init__(**limits)
         self._new_ids = itertools.count(first_id)
         self.store = store
         self.engine = self._engine()
@@ -37,12 +37,14 @@ class Node(Bus):
 
 
 class Pair:
-    def __init__(self) -> None:
+    """Brokers A and B on one store; ``limits`` (a ``Limits`` field each) for both."""
+
+    def __init__(self, **limits) -> None:
         self.store = MemoryStore()
         # Both brokers' lease rows, as their shells keep them (wall clock = the fake one).
         self.store.apply([LeaseRenewed(b, 1, f"ipc:///tmp/{b}.sock", 0.0, 1e9) for b in ("ba", "bb")])
-        self.a = Node("ba", self.store, 0xA0000001)
-        self.b = Node("bb", self.store, 0xB0000001)
+        self.a = Node("ba", self.store, 0xA0000001, **limits)
+        self.b = Node("bb", self.store, 0xB0000001, **limits)
         self.seen: dict[Node, list] = {self.a: [], self.b: []}
 
     def other(self, node: Node) -> Node:
@@ -97,8 +99,8 @@ class Pair:
                 and c.env["k"] == kind]
 
 
-def linked_pair() -> Pair:
-    pair = Pair()
+def linked_pair(**limits) -> Pair:
+    pair = Pair(**limits)
     pair.link()
     return pair
 
@@ -166,6 +168,34 @@ def test_the_other_brokers_sessions_stay_while_its_link_lives_past_the_liveness_
             pair.deliver(node, node.engine.receive(name, envelope("hb"), node.now))
     rows = result_for(pair.call(pair.a, b"alice", "list", "l1"), b"alice", "l1")["sessions"]
     assert [r["name"] for r in rows] == ["bob"]
+
+
+def beat(pair: Pair, step: float, times: int, nodes: tuple | None = None) -> None:
+    """``times`` steps of ``step`` seconds on the fake clock: each node in ``nodes``
+    (default both) runs its timers, and its one session, named after it, heartbeats."""
+    for _ in range(times):
+        for node in nodes or (pair.a, pair.b):
+            node.now += step
+            pair.deliver(node, node.engine.tick(node.now))
+            name = b"alice" if node is pair.a else b"bob"
+            pair.deliver(node, node.engine.receive(name, envelope("hb"), node.now))
+
+
+def test_with_a_short_liveness_window_links_heartbeat_every_third_of_it_and_stay():
+    pair = linked_pair(liveness_s=0.6)
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.b, "bob")
+    beat(pair, 0.1, 30)                          # 5 windows; a 1 s heartbeat would miss them
+    beats = [c for c in pair.seen[pair.b] if isinstance(c, LinkSend)
+             and any(env["k"] == "link_hb" for env in c.envs)]
+    assert beats
+    rows = result_for(pair.call(pair.a, b"alice", "list", "l1"), b"alice", "l1")["sessions"]
+    assert [r["name"] for r in rows] == ["bob"]
+    pair.seen[pair.a] = []
+    beat(pair, 0.1, 7, nodes=(pair.a,))          # B falls silent past the window
+    assert not pair.a.engine.cluster.live_count(pair.a.now)
+    assert [(e["event"], e["session"]["name"]) for e in pair.sent(pair.a, b"alice", "event")] == \
+        [("session_left", "bob")]
 
 
 def test_a_link_hello_without_the_databases_proof_is_ignored():

@@ -7,6 +7,7 @@ from broker.core import Send
 from broker.core.kernel.commands import AdoptRuns, LinkSend
 from broker.core.sessions.grants import link_proof
 from broker.core.cluster.ownership import ADOPT_RETRY_S
+from schemas.limits import ADOPT_GRACE_S
 from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
@@ -94,6 +95,16 @@ def test_an_adoption_the_store_failed_is_asked_again():
     pair.b.engine.runs_adopted("ba", None, orphans.adopt_at)
     later = pair.b.engine.tick(orphans.adopt_at + 0.1)
     assert AdoptRuns("ba") in later
+
+
+def test_orphans_nobody_asked_for_are_adopted_once_the_brokers_adoption_grace_ends():
+    for grace in (ADOPT_GRACE_S, 2.0):
+        pair = linked_pair(adopt_grace_s=grace)
+        hosted(pair)
+        gone_at = pair.b.now
+        pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], gone_at)
+        assert AdoptRuns("ba") not in pair.b.engine.tick(gone_at + grace - 0.1)
+        assert AdoptRuns("ba") in pair.b.engine.tick(gone_at + grace)
 
 
 def test_a_path_send_the_runs_broker_never_answered_is_answered_by_the_adopter():

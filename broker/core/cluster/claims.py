@@ -17,7 +17,7 @@ the same hash, and the welcome waits for that commit even on a lone broker.
 
 A broker that died keeps its lease row until the lease runs out; its claims do not
 block anyone meanwhile, since each claim names the brokers the claimant has seen
-die (``gone``), and those whose link has been silent for :data:`SUSPECT_S`: a client
+die (``gone``), and those whose link has been silent for two heartbeats: a client
 fails over only once its own broker went silent, about as long after the last
 heartbeat as this broker gives up on the link, and must not lose its id to that race.
 
@@ -30,13 +30,12 @@ from __future__ import annotations
 from typing import Callable
 
 from schemas.errors import BusError
-from schemas.limits import HEARTBEAT_S
+from schemas.limits import heartbeat_s
 
 from broker.core.kernel.records import SessionClaimed
 from broker.core.kernel.state import State
 
 Open = Callable[[str, "str | None", float], None]
-SUSPECT_S = 2 * HEARTBEAT_S    # a link silent this long: its broker is taken for dead by claims
 
 
 def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
@@ -67,6 +66,7 @@ def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
 
 def _claim(state: State, session_id: str, now: float,
            unverified: str | None = None) -> SessionClaimed:
+    suspect_s = 2 * heartbeat_s(state.limits.liveness_s)   # silent this long: taken for dead
     gone = [p.broker_id for p in state.cluster.peers.values()
-            if p.gone or p.identity is not None and now - p.heard_at > SUSPECT_S]
+            if p.gone or p.identity is not None and now - p.heard_at > suspect_s]
     return SessionClaimed(session_id, state.broker_id, state.wall, gone, unverified)

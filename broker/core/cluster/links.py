@@ -6,7 +6,8 @@ broker opens a link (a DEALER to that broker's ROUTER: ``LinkOpen``) and says
 ``link`` with a proof (an HMAC of its id under the database's grant key, which only
 brokers on that database hold) and the rows of every session it holds; after that it
 sends ``link_presence`` for every change of its sessions (:func:`flush`, once per
-engine input) and ``link_hb`` every :data:`LINK_HEARTBEAT_S`. Each broker receives
+engine input) and ``link_hb`` every third of its liveness window (at least every
+:data:`~schemas.limits.HEARTBEAT_S`; brokers on one database share the window). Each broker receives
 the other's link on its own ROUTER (:func:`receive`), so traffic flows one way on
 each connection and both directions keep their order.
 
@@ -42,7 +43,7 @@ from typing import Any
 
 from schemas import envelopes, kinds
 from schemas.errors import BusError
-from schemas.limits import HEARTBEAT_S
+from schemas.limits import heartbeat_s
 from schemas.names import PRESENCE_EVENTS
 
 from broker.core.cluster import remote_conversations as conversation_mirrors, forwarding, mirrors, ownership, remote_listing
@@ -55,7 +56,6 @@ from broker.core.sessions.grants import link_proof
 from broker.core.agents.invocation_table import Job
 from broker.core.kernel.state import State
 
-LINK_HEARTBEAT_S = HEARTBEAT_S
 _PRESENCE = frozenset(PRESENCE_EVENTS)
 _FORWARDED = frozenset({"call", "sends", "supervisor", "workflow"})   # what forwarding.forward hands over
 
@@ -143,7 +143,7 @@ def tick(state: State, now: float) -> None:
             _part(state, peer, "silent", now, keep=True)
     ownership.tick(state, now)
     if now >= cluster.next_heartbeat_at:
-        cluster.next_heartbeat_at = now + LINK_HEARTBEAT_S
+        cluster.next_heartbeat_at = now + heartbeat_s(state.limits.liveness_s)
         beat = envelopes.link_heartbeat(state.wall + cluster.lease_s)
         for peer in cluster.linked():
             state.out.append(LinkSend(peer.broker_id, [beat]))
@@ -223,6 +223,8 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
         _say_hello(state, peer)
     if peer.identity is not None and peer.identity != identity:
         cluster.by_link.pop(peer.identity, None)
+    if peer.identity != identity:
+        state.note("broker_linked", peer=broker_id, endpoint=peer.endpoint)
     peer.identity = identity
     peer.heard_at = now
     peer.lease_until = max(peer.lease_until, env["until"])
@@ -368,6 +370,7 @@ def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False)
     may come back (its lease row is still live), so its link stays open."""
     cluster = state.cluster
     state.stats[f"brokers.gone.{reason.replace(' ', '_')}"] += 1
+    state.note("broker_gone", peer=peer.broker_id, reason=reason, sessions=len(peer.mirrors))
     peer.gone = True
     ownership.peer_gone(state, peer, now)      # before its mirrors (hosts) leave
     for session_id in sorted(peer.mirrors):

@@ -20,7 +20,7 @@ hands over its sticky entries; every other broker knows only *who* owns it
   held there (:func:`holder_of`).
 * When a broker is gone, its runs are *orphans*. The broker its run's host (or a
   stage) fails over to asks the store to move them to itself (``AdoptRuns``), so runs
-  follow their clients; past :data:`ADOPT_GRACE_S` any broker asks. The store gives
+  follow their clients; past the grace (``Limits.adopt_grace_s``) any broker asks. The store gives
   each run to exactly one asker, which loads it (:func:`take`) with its sticky
   entries and tells the others; a request for an orphan meanwhile waits for that
   (:func:`hold`) and is then handled again, here or forwarded to the adopter. The run
@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from schemas.errors import BusError
+from schemas.limits import ADOPT_RETRY_S
 
 from broker.core.cluster.peers import Peer
 from broker.core.kernel.commands import AdoptRuns
@@ -51,11 +52,6 @@ from broker.core.workflow.run_tree import Run, Subagent
 from broker.core.kernel.state import State
 from broker.core.workflow.sticky_queue import entry_from_row
 
-ADOPT_RETRY_S = 5.0      # an adoption not answered this long is asked again
-# How long a dead broker's runs wait for their host (or a stage) to fail over to some
-# broker, which then adopts them, before any broker does: a client moves within a
-# few seconds of its broker's death (its liveness window and one failover step).
-ADOPT_GRACE_S = 10.0
 MAX_PARKED = 1024        # requests waiting for one dead broker's runs; then run_moving
 MAX_SUBAGENTS_TOLD = 1024   # subagents of one dormant run kept from another broker's word
 
@@ -162,7 +158,7 @@ def told(state: State, peer: Peer, owned: list, dropped: list,
 def peer_gone(state: State, peer: Peer, now: float) -> None:
     """``peer`` died or stopped (called before its mirrors leave): its runs are
     orphans, adopted by the first broker their host or a stage reaches, or after
-    :data:`ADOPT_GRACE_S` by any (the store decides)."""
+    :attr:`Limits.adopt_grace_s` by any (the store decides)."""
     owners = state.cluster.run_owners
     runs = [r for r, b in owners.items() if b == peer.broker_id]
     for run_id in runs:
@@ -172,7 +168,7 @@ def peer_gone(state: State, peer: Peer, now: float) -> None:
         return
     hosts = {run_id: state.cluster.run_hosts.get(run_id) for run_id in runs}
     # A host's id, not its mirror's: the same id once the client is on this broker.
-    state.cluster.orphans[peer.broker_id] = Orphans(now + ADOPT_GRACE_S, hosts)
+    state.cluster.orphans[peer.broker_id] = Orphans(now + state.limits.adopt_grace_s, hosts)
 
 
 def orphaned(state: State, run_id: object) -> bool:
@@ -232,6 +228,8 @@ def adopted(state: State, dead: str, snapshot: Snapshot | None,
     state.cluster.orphans.pop(dead, None)
     runs = take(state, snapshot)
     state.stats["runs.adopted"] += len(runs)
+    if runs:
+        state.note("runs_adopted", dead=dead, runs=sorted(run.run_id for run in runs))
     if orphans is None:
         return runs, []
     left = {run_id: host for run_id, host in orphans.hosts.items()

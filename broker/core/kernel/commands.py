@@ -128,3 +128,17 @@ class AdoptRuns:
 
 Command = (Send | Publish | Persist | Deliver | Answer | ReadJobs | LinkOpen | LinkSend
            | LinkClose | AdoptRuns)
+
+
+@dataclass(frozen=True, slots=True)
+class RenewLease:
+    """Write this broker's lease row, valid ``lease_s`` seconds from now (wall clock:
+    other processes read it), and read the other brokers' rows in the same batch."""
+
+    lease_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBrokers:
+    """Read the other brokers' lease rows (no write): a new broker is linked, and a
+    dead one's lease end seen, within a second."""

@@ -29,6 +29,7 @@ from broker.core.messaging import handlers as messaging
 from broker.core.agents.recovery import recovery
 from broker.core.agents.respond_action import ack_output, respond
 from broker.core.kernel.lifecycle import RunClosed, SessionChanged, SessionLeft
+from broker.core.kernel.figures import stats
 from broker.core.kernel.params import tool_params
 from broker.core.kernel.state import State
 
@@ -87,6 +88,7 @@ KINDS: dict[str, KindHandler] = {
     "respond": respond,
     "ack_output": ack_output,
     "sessions": conversations.sessions,
+    "stats": stats,
     "invoke": invoking.invoke,
     "finish_invocation": invoking.finish,
     "turn": conversations.turn,

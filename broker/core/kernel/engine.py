@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 
 from schemas.agent_config import AgentSettings
 from schemas.errors import BusError
-from schemas.limits import LEASE_S
+from schemas.limits import LEASE_S, STATS_TOP_DEFAULT
 from schemas.names import FAILED, QUEUED, STARTED
 
 from broker.core.messaging import ask_actions as asking
@@ -44,7 +44,10 @@ from broker.core.cluster import links, ownership, remote_listing
 from broker.core.agents.registry import Conversation
 from broker.core.kernel.commands import Answer, Command
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
+from broker.core.cluster.lease_clock import LeaseClock
+from broker.core.kernel import inputs
 from broker.core.kernel.dispatch import LIFECYCLE, handle
+from broker.core.kernel.figures import ShellFigures, figures
 from broker.core.kernel.outbox import render
 from broker.core.kernel.records import InvocationSaved, InvocationState, Snapshot, StickyRow
 from broker.core.sessions.registry import Registry
@@ -67,7 +70,8 @@ def _random_token() -> str:
 
 
 class Engine:
-    """All routing state of one broker, behind the four inputs. See the module docstring."""
+    """All routing state of one broker, behind one entry point (:meth:`handle`). See the
+    module docstring."""
 
     def __init__(self, *, broker_id: str = "broker", limits: Limits = Limits(),
                  identities: dict[str, IdentityRecord] | None = None,
@@ -86,6 +90,7 @@ class Engine:
         # Sticky entry numbers must not collide with another broker's on one database.
         self.state.sticky.tag = zlib.crc32(broker_id.encode()) & ((1 << SEQ_TAG_BITS) - 1)
         self._next_sweep_at = 0.0
+        self.lease_clock = LeaseClock(lease_s)
 
     # -- what tests and the shell read -------------------------------------------------
 
@@ -110,7 +115,22 @@ class Engine:
     def cluster(self):
         return self.state.cluster
 
+    def take_notes(self) -> list[tuple[str, dict[str, Any]]]:
+        """What happened that an operator reads (see State.note), oldest first; the
+        shell logs them after each round."""
+        notes, self.state.notes = self.state.notes, []
+        return notes
+
+    def figures(self, now: float, top: int = STATS_TOP_DEFAULT) -> dict[str, Any]:
+        """What ``stats`` answers (the metrics endpoint's snapshot): fresh plain values."""
+        return figures(self.state, now, top)
+
     # -- inputs --------------------------------------------------------------------------
+
+    def shell_figures(self, shell: ShellFigures) -> None:
+        """The shell's own figures (store, process), as of now: ``stats`` answers with
+        the latest (see broker.core.kernel.figures)."""
+        self.state.shell = shell
 
     def set_agents(self, settings: Mapping[str, AgentSettings]) -> None:
         """The per-agent settings in force (the shell reads them from the agents' config
@@ -143,6 +163,12 @@ class Engine:
             elif saved.state == STARTED:
                 state.stats[f"invocations.{RESTARTED}"] += 1
                 state.persist(InvocationState(saved.id, FAILED, state.wall, RESTARTED_TEXT))
+
+    def handle(self, event: inputs.Input) -> list[Command]:
+        """The one entry point: handle one input from the shell (see
+        :mod:`broker.core.kernel.inputs`); returns the commands to carry out. The
+        methods below are the same inputs taken apart, kept for tests and tools."""
+        return _INPUTS[event.__class__](self, event)
 
     def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None,
                 peer: str = "", peer_is_address: bool = False) -> list[Command]:
@@ -248,6 +274,9 @@ class Engine:
                 state.stats["sessions.expired"] += 1
                 connect.disconnect(state, session, "heartbeat", now)
             hosting.expire_leases(state)
+        lease = self.lease_clock.due(now)
+        if lease is not None:
+            state.out.append(lease)
         departures.refill(state)
         departures.tell(state)
         asking.expire(state, now)
@@ -296,7 +325,7 @@ class Engine:
         invoke destination's recheck, a list waiting for another broker, or now while departures are still being told."""
         if self.state.departures:
             return 0.0
-        deadline = self._next_sweep_at
+        deadline = min(self._next_sweep_at, self.lease_clock.next_deadline)
         for at in (self.state.asks.next_deadline(), self.state.invocations.next_deadline(),
                    remote_listing.next_deadline(self.state)):
             if at is not None and at < deadline:
@@ -317,3 +346,21 @@ class Engine:
 token_hash = connect.token_hash
 
 __all__ = ["Engine", "IdentityRecord", "Limits", "token_hash"]
+
+
+_INPUTS = {
+    inputs.Frame: lambda e, i: e.receive_batch(i.identity, i.envs, i.now, i.wall, i.peer,
+                                               i.peer_is_address),
+    inputs.BadFrame: lambda e, i: e.refuse_frame(i.identity, i.error),
+    inputs.Tick: lambda e, i: e.tick(i.now, i.wall),
+    inputs.Wrote: lambda e, i: e.wrote(i.counts, i.now, i.wall),
+    inputs.Committed: lambda e, i: e.persisted(i.ticket, i.now, i.wall),
+    inputs.CommitFailed: lambda e, i: e.persist_failed(i.ticket, i.now, i.wall, i.code),
+    inputs.CommitKept: lambda e, i: e.persist_kept(i.ticket, i.kept, i.now, i.wall),
+    inputs.BrokersRead: lambda e, i: e.brokers_read(i.rows, i.now, i.wall),
+    inputs.RunsAdopted: lambda e, i: e.runs_adopted(i.dead, i.snapshot, i.now, i.wall),
+    inputs.JobsRead: lambda e, i: e.jobs_read(i.rows, i.now, i.wall),
+    inputs.LinkRefused: lambda e, i: e.link_refused(i.broker_id, i.now, i.wall),
+    inputs.Stopping: lambda e, i: e.stopping(i.now, i.wall),
+    ShellFigures: lambda e, i: e.shell_figures(i) or [],
+}

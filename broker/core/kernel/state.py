@@ -17,7 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -42,6 +42,8 @@ from broker.core.sessions.registry import Registry, Session
 from broker.core.workflow.sticky_queue import StickyQueues
 
 RECENT_PER_SESSION = 512      # ordinary messages a session can still reply to: 256 to 512
+REFUSALS_KEPT = 32            # the latest refusals, for stats (broker.core.kernel.figures)
+NOTES_KEPT = 10_000           # notes not yet taken by the shell; past it they are counted, not kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class Limits:
     max_groups: int = limits.MAX_GROUPS
     max_conversations: int = limits.MAX_CONVERSATIONS
     host_lease_s: float = limits.LEASE_S   # a run whose host left stays as it was this long
+    adopt_grace_s: float = limits.ADOPT_GRACE_S   # a dead broker's runs wait this long for their host
     max_identities: int = limits.MAX_IDENTITIES   # who held which id, remembered (see identities)
 
 
@@ -114,6 +117,11 @@ class State:
     # lifecycle event type -> its listeners, in order (broker.core.kernel.lifecycle)
     listeners: dict[type, tuple] = field(default_factory=dict)
     internal_errors: list[Exception] = field(default_factory=list)
+    # What an operator reads in the log (sessions coming and going, refusals, brokers
+    # gone, adoptions): (event, fields), drained by the shell after each input.
+    notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    refusals: deque = field(default_factory=lambda: deque(maxlen=REFUSALS_KEPT))
+    shell: Any = None                 # the shell's own figures (kernel.figures.ShellFigures)
     tickets: dict[int, Ticket] = field(default_factory=dict)
     next_ticket: int = 0
     wall: float = 0.0
@@ -132,8 +140,26 @@ class State:
         """Answer request ``re`` of ``to`` with ``value`` (fields, or a refusal)."""
         identity = to.identity if isinstance(to, Session) else to
         if isinstance(value, BusError):
-            self.stats[f"refused.{value.code}"] += 1
+            self.refused(to, re, value.code)
         self.out.append(Answer(identity, [re], {} if value is None else value, quiet, ackable))
+
+    def note(self, event: str, **fields: Any) -> None:
+        """Tell the operator (the shell logs it at info level)."""
+        if len(self.notes) < NOTES_KEPT:
+            self.notes.append((event, fields))
+        else:
+            self.stats["notes.dropped"] += 1
+
+    def refused(self, to: Session | bytes, re: str | None, code: str) -> None:
+        """Count one refused request, keep it among the latest, and note it for one
+        log line (its caller named by session id and name, or by connection when it
+        has no session). The answer itself is the caller's to send."""
+        self.stats[f"refused.{code}"] += 1
+        session = to if isinstance(to, Session) else self.registry.by_identity.get(to)
+        caller = {"session": session.id, "name": session.name} if session is not None \
+            else {"connection": to.hex()}
+        self.refusals.append((self.wall, code, caller, re))
+        self.note("request_refused", code=code, re=re, **caller)
 
     def settle(self, to: Session | None, re: str, value: dict[str, Any] | BusError) -> None:
         """The deferred answer of request ``re`` (an ask's reply or refusal, a queued

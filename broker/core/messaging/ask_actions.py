@@ -54,6 +54,7 @@ def set_capability(state: State, session: Session, capability: str) -> None:
 
 def settle_error(state: State, ask: Ask, error: BusError) -> None:
     state.settle(ask.asker, ask.id, error)
+    state.stats["asks.settled"] += 1
 
 
 def session_gone(state: State, session: Session) -> None:

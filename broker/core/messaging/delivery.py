@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.core.agents.activity import touch
+from broker.core.sessions.backlog import ITEM_BYTES, handed, text_bytes
 from broker.core.kernel.commands import Deliver
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
@@ -26,6 +27,8 @@ def deliver(state: State, sender_id: str, sender_name: str, target: Session, msg
         state.recent_for(target)[msg_id] = sender_id
     if target.agent is not None:
         touch(state, target)
+    state.stats["messages.routed"] += 1
+    handed(target, (text_bytes([message]) if message.__class__ is str else 0) + ITEM_BYTES)
     state.out.append(Deliver(target.identity, sender_id, sender_name, sent_at, [msg_id],
                              [message], attachments or [], expects_reply, extra))
 
@@ -36,4 +39,6 @@ def deliver_texts(state: State, sender: Session, target: Session, ids: list[str]
     state.recent_for(target).put_all(ids, value=sender.id)
     if target.agent is not None:
         touch(state, target)
+    state.stats["messages.routed"] += len(ids)
+    handed(target, text_bytes(texts) + ITEM_BYTES * len(texts))
     state.out.append(Deliver(target.identity, sender.id, sender.name, state.wall, ids, texts))

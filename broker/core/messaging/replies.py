@@ -46,6 +46,7 @@ def reply(state: State, session: Session, params: dict, turn: str | None, re: st
                   "attachments": attachments, "replyId": re, "messageId": ask.id,
                   "sentAt": state.wall}
         state.settle(ask.asker, ask.id, answer)
+        state.stats["asks.settled"] += 1
         return {"delivered": True, "to": ask.asker.id, "toName": ask.asker.name,
                 "replyTo": ask.id, "messageId": re}
     msg_id, sender = ordinary

@@ -7,8 +7,10 @@ order:
 
 1. a bad id is dropped and counted (there is nobody to answer);
 2. an id seen before is a retry: it gets exactly the answer it got the first time
-   (refusals included), or nothing yet while that answer is pending; the same id for
-   another message is refused with ``message_id_conflict``;
+   (refusals included, except a pipelined send's ``target_backlogged``, which asks
+   for the same id again later: see :mod:`broker.core.sessions.backlog`), or nothing
+   yet while that answer is pending; the same id for another message is refused
+   with ``message_id_conflict``;
 3. the text is checked like the tool's ``message`` (a refusal is remembered);
 4. the target is resolved once for the batch: a live session (every admitted item
    is delivered to it, in order, as one :class:`~broker.core.kernel.commands.Deliver`), a
@@ -67,6 +69,10 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
     # The common case (a new id, a plain text within limits, a resolved live target)
     # is decided inline; anything else takes the full checks below. Same rules, cheaper.
     quick = plain and 0 < len(to) <= MAX_TARGET_CHARS
+    # Bytes a pipelined run may still hand the target within its backlog bound: the
+    # first item is admitted whenever the target is within it (as a single send is),
+    # the rest while they fit (broker.core.sessions.backlog).
+    room = 0
     young, old = seen.generations()     # valid until the memory is written: refreshed then
     for msg_id, text, mark in zip(ids, texts, fingerprints("send", to, texts, reply_to, attachments)):
         if msg_id.__class__ is not str or not 0 < len(msg_id) <= ID_MAX:
@@ -80,9 +86,15 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
             young, old = seen.generations()
             continue
         if quick and target is not None and text.__class__ is str and 0 < len(text) <= MAX_MESSAGE_CHARS:
-            batch[msg_id] = mark
-            batch_texts.append(text)
-            continue
+            room -= (len(text) if text.isascii() else backlog.text_bytes([text])) + backlog.ITEM_BYTES
+            if room >= 0:
+                batch[msg_id] = mark
+                batch_texts.append(text)
+                continue
+            # The rest of this run would take the target past its bound: it waits.
+            route_error = backlog.refusal(state, target, room)
+            backlog.latch(sender, to, msg_id, route_error, now)
+            quick = False
         try:
             _check_item(to, text, attachments)
             if not plain:
@@ -94,21 +106,33 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
                 continue
             if target is None and route_error is None:
                 try:
+                    if batched and sender.latches:
+                        backlog.check_latch(sender, to, msg_id, now)
                     target = resolve_target(state, sender, to)
+                    if batched:
+                        room = backlog.room(state, target)
                 except BusError as error:
                     route_error = error
+                    if batched and error.code == "target_backlogged" and \
+                            not backlog.latched(sender, to):
+                        backlog.latch(sender, to, msg_id, error, now)
             if route_error is not None:
                 if route_error.code == "target_not_found" and \
                         _hold(state, sender, to, msg_id, text, attachments, mark):
                     continue
                 raise route_error
         except BusError as error:
-            seen.record(msg_id, sender.id, mark, error)
-            state.stats[f"refused.{error.code}"] += 1
+            if batched and error.code == "target_backlogged":
+                state.stats["refused.target_backlogged"] += 1   # a pipelined wait, not final
+            else:
+                seen.record(msg_id, sender.id, mark, error)
+                state.refused(sender, msg_id, error.code)
             out.append(Answer(identity, [msg_id], error, quiet))
             continue
         finally:
             young, old = seen.generations()
+        if text.__class__ is str:
+            room -= backlog.text_bytes([text]) + backlog.ITEM_BYTES
         batch[msg_id] = mark
         batch_texts.append(text)
     if batch:

@@ -163,6 +163,7 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
     _remember(state, session)
     membership_changed(state, session, set(), set(session.groups), connecting=True)
     state.stats["sessions.opened"] += 1
+    state.note("session_opened", session=session.id, name=name, kind=kind, peer=peer)
     greeting = welcome(state, session)
     if dropped:
         greeting["droppedGroups"] = dropped
@@ -237,6 +238,8 @@ def disconnect(state: State, session: Session, reason: str, now: float) -> None:
         control.close(state, session)
         return
     before = frozenset(session.groups)
+    if session.broker is None:
+        state.note("session_left", session=session.id, name=session.name, reason=reason)
     state.registry.remove(session)
     emit(state, SessionLeft(session, before))
     if session.broker is None:
@@ -252,6 +255,7 @@ def _reattach(state: State, session: Session, identity: bytes, env: dict, re: st
     session.last_seen_at = now
     _adopt_claimed(state, session, env)
     state.stats["sessions.reattached"] += 1
+    state.note("session_reattached", session=session.id, name=session.name)
     state.answer(session, re, welcome(state, session))
 
 

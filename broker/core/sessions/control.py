@@ -16,8 +16,8 @@ rule is here:
   session's, and no more than a member may see) and may make exactly the requests in
   :data:`READ_KINDS` and :data:`READ_ACTIONS`: intercom ``list``, ``groups`` and
   ``status`` (with the read-only ``group`` filter), ``sessions`` of a named agent
-  (the ``agent`` field, which only a control connection may give), ``hb`` and
-  ``bye``. Anything else (send, ask, reply, pending, join, leave, respond, invoke,
+  (the ``agent`` field, which only a control connection may give), ``stats``
+  (which only a control connection may ask: :func:`require`), ``hb`` and ``bye``. Anything else (send, ask, reply, pending, join, leave, respond, invoke,
   workflow, grant, ...) is refused ``control_read_only``: acting on the bus needs a
   session.
 
@@ -40,7 +40,7 @@ from broker.core.sessions.authority import check_claimed
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 
-READ_KINDS = frozenset({"call", "sessions", "hb", "bye"})
+READ_KINDS = frozenset({"call", "sessions", "stats", "hb", "bye"})
 READ_ACTIONS = frozenset(CONTROL_ACTIONS)         # of ``call``
 _NOT_FOR_CONTROL = ("agent", "channel", "stage", "parent", "grant")
 
@@ -80,6 +80,7 @@ def open_control(state: State, identity: bytes, env: dict[str, Any], now: float,
         last_seen_at=now, peer=peer)
     state.registry.add(session)
     state.stats["sessions.control_opened"] += 1
+    state.note("session_opened", session=session.id, name=name, kind=CONTROL, peer=peer)
     return session
 
 
@@ -88,6 +89,13 @@ def close(state: State, session: Session) -> None:
     state.registry.remove(session)
     state.cluster.session_left(session)
     state.stats["sessions.control_closed"] += 1
+    state.note("session_left", session=session.id, name=session.name, kind=CONTROL)
+
+
+def require(session: Session, what: str) -> None:
+    """Refuse a request only control connections may make. Raises BusError(control_only)."""
+    if not session.is_control:
+        raise BusError("control_only", what=what)
 
 
 def listed_agent(session: Session, env: dict[str, Any]) -> str | None:
@@ -99,7 +107,7 @@ def listed_agent(session: Session, env: dict[str, Any]) -> str | None:
     agent = env.get("agent")
     if not session.is_control:
         if agent is not None:
-            raise BusError("control_only", what="sessions of a named agent")
+            require(session, "sessions of a named agent")
         return None
     if agent is None:
         raise BusError("missing_param", action="sessions", param="agent")

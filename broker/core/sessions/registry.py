@@ -62,6 +62,10 @@ class Session:
     mirrored_stage: str | None = None       # a mirror's stage path (its broker holds the binding)
     sent_bytes: int = 0                     # written to its connection (broker.core.sessions.backlog)
     read_bytes: int = 0                     # of which its client reported read
+    pending_bytes: int = 0                  # handed to it this round, not written yet
+    # Targets its pipelined sends were refused target_backlogged for, and the first
+    # id refused: later sends wait behind that one (broker.core.sessions.backlog).
+    latches: dict | None = None
     serial: int = 0                         # the registry's count when it was added
 
     @property

@@ -148,6 +148,18 @@ class StickyQueues:
         entries, size = self._held.get(run_id, (0, 0))
         return entries, size
 
+    def depths(self) -> dict[tuple[str, str], list[int]]:
+        """[entries, bytes] per (run, queue key), those being committed included."""
+        found: dict[tuple[str, str], list[int]] = {}
+        for entries in (self._pending, *self.by_run.values()):
+            for entry in entries.values():
+                depth = found.get((entry.run_id, entry.key))
+                if depth is None:
+                    depth = found[(entry.run_id, entry.key)] = [0, 0]
+                depth[0] += 1
+                depth[1] += entry.size
+        return found
+
     def reserve(self, entry: Entry, limits: Any) -> int:
         """Hold a place for ``entry`` until it is committed (:meth:`add`) or fails
         (:meth:`release`); its FIFO position in its queue. Entries already kept and

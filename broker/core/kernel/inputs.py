@@ -1,0 +1,136 @@
+"""What the IO shell tells the engine: one frozen type per kind of input.
+
+The shell hands each to :meth:`broker.core.kernel.engine.Engine.handle`, the engine's
+one entry point (as h11's ``Connection`` takes events), and gets the commands to carry
+out. Every input carries ``now`` (the monotonic clock) and ``wall`` (seconds since the
+epoch, what people read; None: take ``now``), so the fake clock of the tests reaches
+everything the engine decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from schemas.errors import BusError
+
+from broker.core.kernel.figures import ShellFigures
+from broker.core.kernel.records import Snapshot, StickyRow
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """The decoded envelopes of one frame from connection ``identity``; ``peer`` names
+    who is behind it, ``peer_is_address``: only an address every local client shares."""
+
+    identity: bytes
+    envs: list
+    now: float
+    wall: float | None = None
+    peer: str = ""
+    peer_is_address: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BadFrame:
+    """A frame from ``identity`` the shell could not decode."""
+
+    identity: bytes
+    error: BusError
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """The clock reached ``now`` (see ``Engine.next_deadline``)."""
+
+    now: float
+    wall: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Wrote:
+    """The shell wrote ``counts`` bytes to these connections."""
+
+    counts: dict
+    now: float
+    wall: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The store write asked for with ``ticket`` is durable."""
+
+    ticket: int
+    now: float
+    wall: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitFailed:
+    """The store write asked for with ``ticket`` could not be committed (``code``)."""
+
+    ticket: int
+    now: float
+    wall: float | None = None
+    code: str = "internal_error"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitKept:
+    """The store wrote nothing for ``ticket``: it holds the same request (``kept``)."""
+
+    ticket: int
+    kept: StickyRow
+    now: float
+    wall: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokersRead:
+    """The other brokers' live lease rows as the store has them now."""
+
+    rows: list
+    now: float
+    wall: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunsAdopted:
+    """The store's answer to ``AdoptRuns(dead)`` (None: it failed)."""
+
+    dead: str
+    snapshot: Snapshot | None
+    now: float
+    wall: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobsRead:
+    """Queued invoke jobs read from the store for a ``ReadJobs``."""
+
+    rows: list
+    now: float
+    wall: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkRefused:
+    """The CURVE handshake of the link to ``broker_id`` was refused."""
+
+    broker_id: str
+    now: float
+    wall: float | None = None
+
+
+# ShellFigures (broker.core.kernel.figures): the store's and process's figures, once a
+# second, for stats.
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """The broker is about to stop."""
+
+    now: float
+    wall: float | None = None
+
+
+Input = (Frame | BadFrame | Tick | Wrote | Committed | CommitFailed | CommitKept | BrokersRead
+         | RunsAdopted | JobsRead | LinkRefused | Stopping | ShellFigures)
