@@ -106,7 +106,12 @@ def start_broker(data_dir: Path, *extra: str, env: dict | None = None,
              "--pub-endpoint", pub, *windows, *extra],
             cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT, env=full_env)
     if wait:
-        wait_listening(endpoint, proc)
+        try:
+            wait_listening(endpoint, proc)
+        except BaseException:
+            proc.kill()           # a broker that never bound is not left running
+            proc.wait(10)
+            raise
     return BrokerProcess(proc, data_dir, endpoint, pub, data_dir / "intercom.db", log)
 
 

@@ -41,8 +41,12 @@ class Cluster:
         self.brokers: list[BrokerProcess] = []
         self.opened: list = []
         self.group = unique("t")     # a group of the current test's own (see shared_cluster)
-        for _ in range(count):
-            self.start()
+        try:
+            for _ in range(count):
+                self.start()
+        except BaseException:
+            self.close()          # the brokers started before the one that failed
+            raise
 
     def start(self, data_dir: Path | None = None, *extra: str) -> BrokerProcess:
         """One more broker on the file (``extra``: arguments for this one alone)."""

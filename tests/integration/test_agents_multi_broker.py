@@ -195,7 +195,6 @@ def test_a_job_both_brokers_loaded_at_their_start_is_handed_over_by_one_only(two
     assert job_states(two) == {queued["id"]: "failed"}
 
 
-@on_both_stores
 def test_a_job_whose_broker_was_killed_reaches_its_destination_on_the_other_broker(two):
     caller, dest = split(two)
     dest.close()

@@ -122,7 +122,6 @@ def test_a_live_send_resent_after_a_failover_is_not_handed_to_the_receiver_twice
     assert receiver.inbox_statistics().duplicates_dropped == 1
 
 
-@on_both_stores
 def test_a_send_the_dead_owner_committed_is_not_queued_again_by_the_next_broker(two):
     """The run's own broker commits an entry and dies; its host resumes the run on the
     next broker, which never saw the entry, and the sender resends it there: the store

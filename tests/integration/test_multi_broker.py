@@ -124,7 +124,6 @@ def test_an_ambiguous_name_across_brokers_is_refused_naming_both(three):
     assert b1.id in refused["error"] and b2.id in refused["error"]
 
 
-@on_both_stores
 def test_send_across_brokers_is_delivered_once_and_answered_by_the_targets_broker(two_own):
     a = two_own.connect(0, "alice", group=two_own.group)
     b = two_own.connect(1, "bob", group=two_own.group)
@@ -297,7 +296,6 @@ def test_an_ask_fails_at_once_when_its_target_closes_on_the_other_broker(two):
 
 # -- clients fail over -----------------------------------------------------------------
 
-@on_both_stores
 def test_a_client_fails_over_to_the_next_broker_with_its_id_and_memberships(two_own):
     endpoints = [p.endpoint for p in two_own.brokers]
     a = two_own.connect(0, "alice", group=two_own.group)

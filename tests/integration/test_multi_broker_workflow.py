@@ -60,7 +60,6 @@ def test_sends_from_another_broker_to_a_pending_stage_queue_once_in_one_fifo(two
     assert stage.receive(0.3) is None          # nothing twice
 
 
-@on_both_stores
 def test_the_cap_of_a_stage_queue_counts_sends_from_both_brokers(two_own):
     host, bob, run = hosted_on_first(two_own)
     target = path(run, "plan")

@@ -169,8 +169,10 @@ def test_brokers_link_at_the_endpoint_they_advertise_and_clients_fail_over_along
             cluster.brokers.append(BrokerProcess(proc.proc, data_dir, f"tcp://127.0.0.1:{port}",
                                                  proc.pub_endpoint, proc.db, proc.log))
             wait_ready(cluster.brokers[-1].endpoint, proc.proc)
-        rows = {row[0] for row in query(db, "SELECT endpoint FROM brokers")}
-        assert rows == {f"tcp://localhost:{port}" for port in ports}, rows
+        advertised = {f"tcp://localhost:{port}" for port in ports}
+        # Each writes its lease row in its first round, after it answers: wait for both.
+        wait_until(lambda: {row[0] for row in query(db, "SELECT endpoint FROM brokers")}
+                   == advertised, 15, "both lease rows name the advertised endpoints")
         alice = cluster.connect(0, "alice", group="team")
         bob = cluster.connect(1, "bob", group="team")
         wait_until(lambda: others_live(alice) == 1 and sees(alice, "bob"), 20, "linked")

@@ -282,7 +282,7 @@ def emptied_postgres(postgres_server):
 # Fewer examples: each one commits a few transactions on a real server (fsync on); a
 # few seconds of work that a loaded host may stretch well past the default timeout.
 @pytest.mark.timeout(240)
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(history=_histories)
 def test_postgres_gives_the_memory_stores_snapshot_for_any_history(emptied_postgres, history):

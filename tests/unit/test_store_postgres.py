@@ -15,7 +15,7 @@ from broker.store import UNAVAILABLE, SchemaError, StoreOpenError
 from broker.store.postgres import SCHEMA_VERSION, PostgresStore, connect
 from broker.store.postgres_connection import RECONNECT_S
 from broker.store.urls import display_url, split_url
-from tests.postgres_server import free_port
+from tests.postgres_server import PostgresMissing, free_port, start_server
 
 from .store_helpers import NOW, entry, job
 
@@ -158,18 +158,29 @@ def test_racing_adoptions_of_a_dead_brokers_runs_give_each_run_to_one_adopter(th
 
 # -- a server that goes away ---------------------------------------------------------------
 
-def test_a_server_gone_fails_writes_unavailable_at_once_keeps_nothing_and_is_reconnected(own_postgres):
-    store = PostgresStore.open(own_postgres.schema_url())
+@pytest.fixture(scope="module")
+def restartable():
+    """A server of this module's own, which its tests stop and start (and leave serving)."""
+    try:
+        server = start_server()
+    except PostgresMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server
+    server.destroy()
+
+
+def test_a_server_gone_fails_writes_unavailable_at_once_keeps_nothing_and_is_reconnected(restartable):
+    store = PostgresStore.open(restartable.schema_url())
     try:
         store.apply([RunSaved("before", {})])
-        own_postgres.stop("immediate")
+        restartable.stop("immediate")
         for attempt in range(3):              # the lost connection, then paced reconnects
             started = time.monotonic()
             with pytest.raises(Exception) as failed:
                 store.apply([RunSaved("during", {}), entry(1, run_id="during")])
             assert store.failure_code(failed.value) == UNAVAILABLE
             assert time.monotonic() - started < 1.0
-        own_postgres.start()
+        restartable.start()
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -185,12 +196,12 @@ def test_a_server_gone_fails_writes_unavailable_at_once_keeps_nothing_and_is_rec
         store.close()
 
 
-def test_a_server_restarted_while_the_store_was_idle_costs_no_write(own_postgres):
-    store = PostgresStore.open(own_postgres.schema_url())
+def test_a_server_restarted_while_the_store_was_idle_costs_no_write(restartable):
+    store = PostgresStore.open(restartable.schema_url())
     try:
         store.apply([RunSaved("before", {})])
-        own_postgres.stop("fast")
-        own_postgres.start()
+        restartable.stop("fast")
+        restartable.start()
         assert store.apply([RunSaved("after", {})]) == []   # on a new connection, at once
         assert [run.run_id for run in store.load().runs] == ["before", "after"]
     finally:
