@@ -57,7 +57,7 @@ from broker.core.agents.invocation_table import Job
 from broker.core.kernel.state import State
 
 _PRESENCE = frozenset(PRESENCE_EVENTS)
-_FORWARDED = frozenset({"call", "sends", "supervisor", "workflow"})   # what forwarding.forward hands over
+_FORWARDED = frozenset({"call", "sends", "supervisor", "workflow"})   # what cluster.placement may forward
 
 
 def is_hello(env: Any) -> bool:

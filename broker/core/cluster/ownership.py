@@ -13,7 +13,7 @@ hands over its sticky entries; every other broker knows only *who* owns it
   is refused ``run_elsewhere`` with the owner's endpoint and CURVE key
   (:func:`check_here`); the client says hello there instead (``client.transport``).
   A host operation (``register_run``, ``stage_state``, ``end_run``, ...) there is
-  forwarded to the owner (:func:`broker.core.cluster.forwarding.host_operation`), where the
+  forwarded to the owner (:mod:`broker.core.cluster.placement`), where the
   host is a mirror that hosts the run (:func:`broker.core.workflow.stage_binding.host_returned`).
 * The owner tells the others the subagents of its dormant runs
   (:func:`held_subagents`), so a send to one from any broker is forwarded to it and
@@ -30,7 +30,7 @@ hands over its sticky entries; every other broker knows only *who* owns it
 A request for a run this broker's adoption did not get (another broker took it first)
 waits again, for that broker's word over its link, or for one more adoption after
 :data:`ADOPT_RETRY_S`; only then is it handled as for an unknown run. Host operations
-wait like sends (:func:`broker.core.cluster.forwarding.host_operation`).
+wait like sends (:mod:`broker.core.cluster.placement` parks both).
 
 Invariants: a run id is in at most one of ``state.runs``, ``Cluster.run_owners`` and
 the orphans; every run this broker persists carries its id as the owner; an adoption

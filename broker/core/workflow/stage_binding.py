@@ -36,7 +36,7 @@ def stage_home(state: State, stage: str, group: str | None, grant: object,
                now: float) -> tuple[str, Run, Node]:
     """Home group, run and node of a connecting stage session, if its grant allows.
 
-    Raises BusError(invalid_path | unknown_run | run_elsewhere | run_moving |
+    Raises BusError(invalid_path | unknown_run | run_elsewhere |
     grant_required | invalid_grant).
     """
     path = parse_path(stage)
