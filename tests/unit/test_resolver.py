@@ -1,10 +1,11 @@
 """What a ``to`` names (broker.core.messaging.resolver): one precedence for every verb,
-typed targets."""
+typed targets, and one resolution per request when another broker is live."""
 
 from __future__ import annotations
 
 import pytest
 
+from broker.core.messaging import resolver
 from broker.core.messaging.resolver import (ClosedStageHost, HeldSubagent, LiveSession, Mirror,
                                             OrphanRun, RemoteHeld, RemoteRun, RunPath, resolve)
 from schemas import envelopes
@@ -148,3 +149,51 @@ def test_a_subagent_another_broker_holds_is_that_brokers_before_one_held_here():
     # On the run's own broker the same name is a held subagent.
     assert resolve(a.engine.state, named(a.engine.state, "peer"), "helper", "send").__class__ \
         is HeldSubagent
+
+
+def counted(monkeypatch) -> list:
+    calls: list = []
+    real = resolver._resolve
+
+    def counting(state, caller, to, ask, elsewhere):
+        calls.append((caller.name, to, ask, elsewhere is not None))
+        return real(state, caller, to, ask, elsewhere)
+
+    monkeypatch.setattr(resolver, "_resolve", counting)
+    return calls
+
+
+def test_with_another_broker_live_a_target_is_resolved_once_per_request(monkeypatch):
+    pair = linked_pair()
+    pair.hello(pair.a, "alice")
+    pair.hello(pair.a, "carol")
+    pair.hello(pair.b, "bob")
+    calls = counted(monkeypatch)
+    a = pair.a
+    sent = pair.call(a, b"alice", "send", "m1", to="carol", message="hi")
+    assert result_for(sent, b"alice", "m1")["delivered"] is True
+    assert calls == [("alice", "carol", False, True)]        # placement's, reused
+    calls.clear()
+    pair.feed(a, b"alice", envelope("sends", to="carol", ids=["p1", "p2", "p3"],
+                                    messages=["a", "b", "c"]))
+    assert pair.sent(a, b"carol", "msgs")            # all three, in one delivery
+    assert calls == [("alice", "carol", False, True)]
+    calls.clear()
+    refused = pair.call(a, b"alice", "ask", "q1", to="nobody", message="?")
+    assert result_for(refused, b"alice", "q1")["code"] == "target_not_found"
+    assert calls == [("alice", "nobody", True, True)]        # the refusal is reused too
+    calls.clear()
+    forwarded = pair.call(a, b"alice", "send", "m2", to="bob", message="over there")
+    assert result_for(forwarded, b"alice", "m2")["delivered"] is True
+    # Once on A (placement forwarded it) and once on B, where bob is.
+    assert calls == [("alice", "bob", False, True), ("alice", "bob", False, False)]
+    assert pair.a.engine.state.resolved is None and pair.b.engine.state.resolved is None
+
+
+def test_with_no_other_broker_placement_resolves_nothing(monkeypatch):
+    bus = Bus()
+    bus.hello("alice")
+    bus.hello("carol")
+    calls = counted(monkeypatch)
+    assert bus.call(b"alice", "send", to="carol", message="hi")["delivered"] is True
+    assert calls == [("alice", "carol", False, False)]

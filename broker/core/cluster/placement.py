@@ -12,6 +12,10 @@ parks anything and a request is never half-handled before it moves:
   waits for the adoption (:func:`broker.core.cluster.ownership.hold`) and is then
   handled again from the start.
 
+A send's or an ask's target is resolved here, once
+(:func:`broker.core.messaging.resolver.resolve`); when the request stays, its
+handler gets that same result (or refusal) back instead of resolving again.
+
 What moves, by kind:
 
 ====================  ===============================================================

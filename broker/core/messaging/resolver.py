@@ -8,8 +8,12 @@ Every verb that takes a ``to`` (``send`` alone, pipelined ``sends``, a send to a
 answer one question each and decide no order. The order is :func:`resolve`'s
 docstring, and nowhere else.
 
-A target on another broker counts only when placement asks (``placing=True``):
-a request that reached its handler belongs here, so a handler never sees one.
+Once per request: when another broker is live, placement resolves a request's
+target first (``placing=True``, which also weighs targets on other brokers) and
+keeps the result, refusal included, in ``State.resolved`` for as long as
+:func:`broker.core.kernel.dispatch.handle` handles that request; the handler's own
+call gets it back instead of resolving again. A handler never sees a target on
+another broker: such a request was forwarded or parked before it ran.
 """
 
 from __future__ import annotations
@@ -149,7 +153,20 @@ def resolve(state: State, caller: Session, to: str, verb: str, *,
 
     Raises BusError with the codes above.
     """
-    return _resolve(state, caller, to, verb == "ask", state.other_brokers if placing else None)
+    if placing:
+        try:
+            found = _resolve(state, caller, to, verb == "ask", state.other_brokers)
+        except BusError as error:
+            state.resolved = (caller, to, verb, error)
+            raise
+        state.resolved = (caller, to, verb, found)
+        return found
+    known = state.resolved
+    if known is not None and known[0] is caller and known[2] == verb and known[1] == to:
+        if isinstance(known[3], BusError):
+            raise known[3]
+        return known[3]
+    return _resolve(state, caller, to, verb == "ask", None)
 
 
 # -- internals -----------------------------------------------------------------------
