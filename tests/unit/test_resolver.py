@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.core.messaging import resolver
-from broker.core.messaging.resolver import (ClosedStageHost, HeldSubagent, LiveSession, Mirror,
+from broker.core.messaging.resolver import (ClosedStageHost, HeldSubagent, Mirror,
                                             OrphanRun, RemoteHeld, RemoteRun, RunPath, resolve)
 from schemas import envelopes
 from schemas.errors import BusError
@@ -37,7 +37,7 @@ def test_a_session_is_found_by_id_name_or_prefix_before_anything_else():
     alice, bob = named(state, "alice"), named(state, "bob")
     for to in (bob_id, "bob", "BOB", bob_id[:8]):
         for verb in ("send", "ask"):
-            assert resolve(state, alice, to, verb) == LiveSession(bob)
+            assert resolve(state, alice, to, verb) is bob
     assert refusal(state, alice, "alice", "send") == "self_target"
     assert refusal(state, alice, "nobody", "send") == "target_not_found"
     assert refusal(state, alice, "abc-12", "ask") == "invalid_target"
@@ -70,7 +70,7 @@ def test_a_live_session_wins_over_a_closed_stage_that_names_the_same_id():
     state = bus.engine.state
     peer = named(state, "peer")
     # The stage's last session is still connected: its id names it, not the closed stage.
-    assert resolve(state, peer, planner, "send") == LiveSession(state.registry.by_id[planner])
+    assert resolve(state, peer, planner, "send") is state.registry.by_id[planner]
     found = resolve(state, peer, "workflow:r1/plan", "send")
     assert found.__class__ is ClosedStageHost and found.session is named(state, "host")
 
@@ -96,7 +96,7 @@ def test_a_path_is_a_run_here_for_a_send_and_its_live_stage_for_an_ask():
     found = resolve(state, host, "workflow:r1/plan", "send")
     assert found.__class__ is RunPath and found.run is state.runs["r1"]
     assert str(found.path) == "workflow:r1/plan"
-    assert resolve(state, host, "workflow:r1/plan", "ask") == LiveSession(plan)
+    assert resolve(state, host, "workflow:r1/plan", "ask") is plan
     assert refusal(state, host, "workflow:r1/review", "ask") == "pending_stage_ask_unsupported"
     assert refusal(state, host, "workflow:r1/*", "ask") == "pending_stage_ask_unsupported"
     assert refusal(state, host, "workflow:r1//x", "send") == "invalid_path"
@@ -152,14 +152,16 @@ def test_a_subagent_another_broker_holds_is_that_brokers_before_one_held_here():
 
 
 def counted(monkeypatch) -> list:
+    """Every resolution of a name or path from now on: (caller, to, ask, placing)."""
     calls: list = []
-    real = resolver._resolve
+    for step in ("_named", "_path"):
+        real = getattr(resolver, step)
 
-    def counting(state, caller, to, ask, elsewhere):
-        calls.append((caller.name, to, ask, elsewhere is not None))
-        return real(state, caller, to, ask, elsewhere)
+        def counting(state, caller, to, ask, elsewhere, real=real):
+            calls.append((caller.name, to, ask, elsewhere is not None))
+            return real(state, caller, to, ask, elsewhere)
 
-    monkeypatch.setattr(resolver, "_resolve", counting)
+        monkeypatch.setattr(resolver, step, counting)
     return calls
 
 

@@ -49,11 +49,12 @@ def ask(state: State, session: Session, params: dict, re: str, now: float,
         if not to:
             raise BusError("missing_param", action="ask", param="to")
         message, attachments = body("ask", params)
-        # A live session, a mirror, or a closed stage's host (ask never holds or queues).
+        # A session here, a mirror, or a closed stage's host (ask never holds or queues).
         target = resolve(state, session, to, "ask")
         late = target.stage.late_fields() if target.__class__ is ClosedStageHost else None
-        open_ask(state, session, target.session, re, message, attachments,
-                 params.get("timeout"), now, supervisor=False, extra=late)
+        open_ask(state, session, target if target.__class__ is Session else target.session,
+                 re, message, attachments, params.get("timeout"), now, supervisor=False,
+                 extra=late)
 
     return once(state, session, "ask", mark, re, admit)
 

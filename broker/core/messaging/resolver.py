@@ -24,23 +24,15 @@ from typing import Protocol
 from schemas.errors import BusError
 
 from broker.core.sessions import backlog
-from broker.core.sessions.authority import refuse_non_agent, run_for
+from broker.core.sessions.authority import non_agent, refuse_non_agent, run_for
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 from broker.core.messaging.targeting import resolve_session
 from broker.core.workflow import closed_stages as closed, held_sends as held
 from broker.core.workflow.closed_stages import ClosedStage
 from broker.core.workflow.path_delivery import stage_for_ask
-from broker.core.workflow.paths import WorkflowPath, looks_like_path, parse_path
+from broker.core.workflow.paths import PREFIX as PATH_PREFIX, WorkflowPath, looks_like_path, parse_path
 from broker.core.workflow.run_tree import Run, Subagent
-
-
-@dataclass(frozen=True, slots=True)
-class LiveSession:
-    """A session connected to this broker: a name, id or prefix that matched it, or
-    (an ask to a path) the live session of the stage the path names."""
-
-    session: Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +89,11 @@ class OrphanRun:
     run_id: str
 
 
-Target = (LiveSession | Mirror | RunPath | ClosedStageHost | HeldSubagent | RemoteRun
-          | RemoteHeld | OrphanRun)
+# A session connected here (a name, id or prefix that matched it, or for an ask to a
+# path the live session of the stage it names) is its own target, the Session itself:
+# the common case takes no wrapper. Every other target is one of the types above.
+Target = (Session | Mirror | RunPath | ClosedStageHost | HeldSubagent | RemoteRun | RemoteHeld
+          | OrphanRun)
 
 
 class OtherBrokers(Protocol):
@@ -131,7 +126,7 @@ def resolve(state: State, caller: Session, to: str, verb: str, *,
        :class:`ClosedStageHost` (an ask: ``stage_closed`` without a late router);
     5. the run here, which the caller must control (``unknown_run``,
        ``workflow_different_group``): a send gets :class:`RunPath`; an ask gets the
-       one live session of the stage it names, as :class:`LiveSession`
+       one live session of the stage it names (the :class:`Session`)
        (``pending_stage_ask_unsupported``, ``run_dormant``, ``ambiguous_stage``,
        ``self_target``, ``non_agent_target``).
 
@@ -141,8 +136,8 @@ def resolve(state: State, caller: Session, to: str, verb: str, *,
        caller may reach (:func:`~broker.core.messaging.targeting.resolve_session`:
        ``self_target``, ``different_group``, ``ambiguous_target``,
        ``invalid_target`` ends here too), then ``non_agent_target`` for a non-agent
-       node's connection and ``target_backlogged``: :class:`LiveSession`, or
-       :class:`Mirror` when another broker holds it;
+       node's connection and ``target_backlogged``: the :class:`Session` when it
+       is connected here, a :class:`Mirror` when another broker holds it;
     2. ``non_agent_target`` when ``to`` names a known non-agent node;
     3. the last session id of a closed stage: :class:`ClosedStageHost` (as in 4.
        above, ``stage_closed`` for an ask; ``target_backlogged``);
@@ -166,7 +161,10 @@ def resolve(state: State, caller: Session, to: str, verb: str, *,
         if isinstance(known[3], BusError):
             raise known[3]
         return known[3]
-    return _resolve(state, caller, to, verb == "ask", None)
+    # The handler's own resolution, on the hot path: no layer more than it needs.
+    if to.startswith(PATH_PREFIX):
+        return _path(state, caller, to, verb == "ask", None)
+    return _named(state, caller, to, verb == "ask", None)
 
 
 # -- internals -----------------------------------------------------------------------
@@ -175,6 +173,11 @@ def _resolve(state: State, caller: Session, to: str, ask: bool,
              elsewhere: OtherBrokers | None) -> Target:
     if looks_like_path(to):
         return _path(state, caller, to, ask, elsewhere)
+    return _named(state, caller, to, ask, elsewhere)
+
+
+def _named(state: State, caller: Session, to: str, ask: bool,
+           elsewhere: OtherBrokers | None) -> Target:
     try:
         session = resolve_session(state, caller, to)
     except BusError as error:
@@ -195,9 +198,10 @@ def _resolve(state: State, caller: Session, to: str, ask: bool,
         if ask:
             raise BusError("run_dormant", run_id=dormant[0].run_id)
         return HeldSubagent(*dormant)
-    refuse_non_agent(state, caller, to, session)
+    if non_agent(state, session):        # a non-agent node's connection
+        raise BusError("non_agent_target", to=to)
     backlog.check(state, session)
-    return LiveSession(session) if session.broker is None else Mirror(session)
+    return session if session.broker is None else Mirror(session)
 
 
 def _path(state: State, caller: Session, to: str, ask: bool,
@@ -216,7 +220,7 @@ def _path(state: State, caller: Session, to: str, ask: bool,
         return ClosedStageHost(_host(state, stage), stage)
     run = run_for(state, caller, path)
     if ask:
-        return LiveSession(stage_for_ask(state, caller, run, path, to))
+        return stage_for_ask(state, caller, run, path, to)
     return RunPath(path, run)
 
 

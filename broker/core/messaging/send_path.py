@@ -120,7 +120,7 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
                         backlog.check_latch(sender, to, msg_id, now)
                     route = resolve(state, sender, to, "send")
                     if route.__class__ is not HeldSubagent:
-                        target = route.session
+                        target = route if route.__class__ is Session else route.session
                         if batched:
                             room = backlog.room(state, target)
                 except BusError as error:
