@@ -39,29 +39,11 @@ from __future__ import annotations
 from schemas import envelopes
 from schemas.errors import BusError
 
-from broker.core.cluster import ownership
 from broker.core.sessions.membership import change_groups
 from broker.core.cluster.peers import Forwarded, Peer
 from broker.core.kernel.commands import LinkSend
-from broker.core.workflow.paths import parse_path
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
-
-
-def run_owner(state: State, to: str) -> str | None:
-    """The other broker a path's run belongs to: its owner, or for a run no broker
-    owns (ended), the broker of its last host while that host is open."""
-    try:
-        run_id = parse_path(to).run_id
-    except BusError:
-        return None
-    if run_id in state.runs:
-        return None
-    peer = ownership.owner(state, run_id)
-    if peer is not None:
-        return peer.broker_id
-    host = state.registry.by_id.get(state.cluster.run_hosts.get(run_id, ""))
-    return host.broker if host is not None else None
 
 
 def hand(state: State, session: Session, broker_id: str, name: str, env: dict,

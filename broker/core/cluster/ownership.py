@@ -82,6 +82,18 @@ def owner(state: State, run_id: str) -> Peer | None:
     return peer if peer is not None and not peer.gone else None
 
 
+def run_broker(state: State, run_id: str) -> str | None:
+    """The other broker run ``run_id`` belongs to: its owner, or for a run no broker
+    owns (ended), the broker of its last host while that host is open."""
+    if run_id in state.runs:
+        return None
+    peer = owner(state, run_id)
+    if peer is not None:
+        return peer.broker_id
+    host = state.registry.by_id.get(state.cluster.run_hosts.get(run_id, ""))
+    return host.broker if host is not None else None
+
+
 def check_here(state: State, run_id: object) -> None:
     """Raises BusError(run_elsewhere) when another live broker owns ``run_id``."""
     if run_id.__class__ is not str:

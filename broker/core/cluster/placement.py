@@ -12,6 +12,10 @@ parks anything and a request is never half-handled before it moves:
   waits for the adoption (:func:`broker.core.cluster.ownership.hold`) and is then
   handled again from the start.
 
+A send's or an ask's target is resolved here, once
+(:func:`broker.core.messaging.resolver.resolve`); when the request stays, its
+handler gets that same result (or refusal) back instead of resolving again.
+
 What moves, by kind:
 
 ====================  ===============================================================
@@ -34,11 +38,11 @@ from schemas.errors import BusError
 from schemas.names import STAGE
 
 from broker.core.cluster import ownership
-from broker.core.cluster.forwarding import hand, run_owner
+from broker.core.cluster.forwarding import hand
 from broker.core.kernel.state import State
-from broker.core.messaging.send_path import resolve_target
+from broker.core.messaging.resolver import (ClosedStageHost, Mirror, OrphanRun, RemoteHeld,
+                                            RemoteRun, resolve)
 from broker.core.sessions.registry import Session
-from broker.core.workflow.paths import looks_like_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +76,10 @@ def place(state: State, session: Session | None, kind: str, env: dict) -> Placem
     if kind == "call":
         action = env.get("action")
         if action == "ask" or (action == "send" and env.get("replyTo") is None):
-            return _for_target(state, session, env.get("to"))
+            return _for_target(state, session, env.get("to"), action)
         return None
     if kind == "sends":
-        return _for_target(state, session, env.get("to"))
+        return _for_target(state, session, env.get("to"), "send")
     if kind == "supervisor":
         parent = state.registry.by_id.get(session.parent_id or "")
         return Forward(parent.broker, parent.name) \
@@ -102,23 +106,26 @@ def carry_out(state: State, session: Session | None, identity: bytes, where: Pla
                 state.answer(identity, request_id, error)
 
 
-def _for_target(state: State, session: Session, to: object) -> Placement:
+def _for_target(state: State, session: Session, to: object, verb: str) -> Placement:
+    """Where ``to`` (resolved once: the handler gets the same result back) takes a
+    send or ask; a target that does not resolve is refused here, by this broker."""
     if to.__class__ is not str:
         return None
-    if looks_like_path(to):
-        broker_id = run_owner(state, to)
-        if broker_id is not None:
-            return Forward(broker_id, to, again=True)
-        run_id = ownership.path_run(to)
-        return Park(run_id) if ownership.orphaned(state, run_id) else None
     try:
-        target = resolve_target(state, session, to)
-    except BusError as error:
-        holder = ownership.holder_of(state, session, to) \
-            if error.code == "target_not_found" and state.cluster.foreign_subagents else None
+        target = resolve(state, session, to, verb, placing=True)
+    except BusError:
+        return None
+    kind = target.__class__
+    if kind is RemoteRun:
+        return Forward(target.broker_id, to, again=True)
+    if kind is OrphanRun:
+        return Park(target.run_id)
+    if kind is RemoteHeld:
         # A subagent of another broker's dormant run: that broker holds sends for it.
-        return Forward(holder, to) if holder is not None else None
-    return Forward(target.broker, target.name) if target.broker is not None else None
+        return Forward(target.broker_id, to)
+    if kind is Mirror or (kind is ClosedStageHost and target.session.broker is not None):
+        return Forward(target.session.broker, target.session.name)
+    return None
 
 
 def _for_run(state: State, run_id: object) -> Placement:

@@ -194,3 +194,5 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
         state.stats["internal_error"] += 1
         state.internal_errors.append(exc)
         state.answer(identity, re, BusError("internal_error"))
+    finally:
+        state.resolved = None       # placement's target was this request's only

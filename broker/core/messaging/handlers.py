@@ -12,14 +12,12 @@ from typing import Any
 
 from schemas.errors import BusError
 
-from broker.core.workflow import closed_stages as closed
-from broker.core.messaging.send_path import admit_sends, once, resolve_target
+from broker.core.messaging.send_path import admit_sends, once
 from broker.core.messaging.ask_actions import open_ask, pending_rows
+from broker.core.messaging.resolver import ClosedStageHost, resolve
 from broker.core.sessions.authority import refuse_non_agent
 from broker.core.messaging.dedup import fingerprint
 from broker.core.kernel.params import tool_params, turn_of
-from broker.core.workflow.path_delivery import resolve_ask
-from broker.core.workflow.paths import looks_like_path
 from broker.core.messaging.replies import body, reply as reply_to_thread
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
@@ -51,13 +49,12 @@ def ask(state: State, session: Session, params: dict, re: str, now: float,
         if not to:
             raise BusError("missing_param", action="ask", param="to")
         message, attachments = body("ask", params)
-        target = resolve_ask(state, session, to) if looks_like_path(to) else \
-            resolve_target(state, session, to, ask=True)
-        stage = closed.stage_named(state, to)
-        late = {"postMortem": True, "target": stage.target, "stage": stage.target} \
-            if stage is not None and target.id == stage.host_id else None
-        open_ask(state, session, target, re, message, attachments, params.get("timeout"), now,
-                 supervisor=False, extra=late)
+        # A session here, a mirror, or a closed stage's host (ask never holds or queues).
+        target = resolve(state, session, to, "ask")
+        late = target.stage.late_fields() if target.__class__ is ClosedStageHost else None
+        open_ask(state, session, target if target.__class__ is Session else target.session,
+                 re, message, attachments, params.get("timeout"), now, supervisor=False,
+                 extra=late)
 
     return once(state, session, "ask", mark, re, admit)
 

@@ -12,11 +12,13 @@ order:
    yet while that answer is pending; the same id for another message is refused
    with ``message_id_conflict``;
 3. the text is checked like the tool's ``message`` (a refusal is remembered);
-4. the target is resolved once for the batch: a live session (every admitted item
-   is delivered to it, in order, as one :class:`~broker.core.kernel.commands.Deliver`), a
-   workflow path (each item is delivered or queued by
-   :func:`broker.core.workflow.path_delivery.send`), or a ``replyTo`` thread (a single send
-   that is a reply, see :mod:`broker.core.messaging.replies`).
+4. the target is resolved once for the batch (:func:`broker.core.messaging.resolver.resolve`):
+   a live session (every admitted item is delivered to it, in order, as one
+   :class:`~broker.core.kernel.commands.Deliver`), a closed stage's host, a workflow
+   path (each item is delivered or queued by
+   :func:`broker.core.workflow.path_delivery.send`), or a dormant run's subagent (each
+   item is held: :mod:`broker.core.workflow.held_sends`); a ``replyTo`` thread is no
+   target (a single send that is a reply, see :mod:`broker.core.messaging.replies`).
 
 Answers leave as :class:`~broker.core.kernel.commands.Answer` commands; a quiet plain
 delivery is ``ackable`` and becomes part of one ``acks`` in the final pass, any other
@@ -34,18 +36,17 @@ from schemas.kinds import ID_MAX
 from schemas.limits import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PROTOCOL_VERSION
 
 from broker.core.sessions import backlog
-from broker.core.workflow import closed_stages as closed, held_sends as held
-from broker.core.sessions.authority import refuse_non_agent
+from broker.core.workflow import held_sends as held
 from broker.core.kernel.commands import Answer
 from broker.core.messaging.dedup import fingerprints
 from broker.core.messaging.delivery import deliver, deliver_texts
 from broker.core.kernel.params import tool_params
-from broker.core.workflow.path_delivery import send as send_to_path
+from broker.core.messaging.resolver import ClosedStageHost, HeldSubagent, Target, resolve
+from broker.core.workflow.path_delivery import send as send_to_path, send_late
 from broker.core.workflow.paths import looks_like_path
 from broker.core.messaging.replies import body, reply
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
-from broker.core.messaging.targeting import resolve_session
 
 _DELIVERED_KEYS = frozenset({"delivered", "to", "toName", "messageId"})
 
@@ -61,11 +62,13 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
     identity = sender.identity
     seen = state.ids
     out = state.out
-    target: Session | None = None
+    target: Session | None = None       # the live session every admitted item goes to
+    route: Target | None = None         # what ``to`` names, resolved once for the batch
     route_error: BusError | None = None
     batch: dict[str, int] = {}          # admitted ids, in order -> fingerprint
     batch_texts: list[str] = []
-    plain = to.__class__ is str and not looks_like_path(to) and reply_to is None
+    path = looks_like_path(to)
+    plain = to.__class__ is str and not path and reply_to is None
     # The common case (a new id, a plain text within limits, a resolved live target)
     # is decided inline; anything else takes the full checks below. Same rules, cheaper.
     quick = plain and 0 < len(to) <= MAX_TARGET_CHARS
@@ -97,30 +100,39 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
             quick = False
         try:
             _check_item(to, text, attachments)
+            if path and route is None and route_error is None:
+                try:
+                    route = resolve(state, sender, to, "send")
+                except BusError as error:
+                    route_error = error
+            if path and route_error is not None:
+                raise route_error
             if not plain:
-                answer = _route_one(state, sender, to, msg_id, text, attachments, reply_to,
-                                    turn, now)
+                answer = _route_one(state, sender, to, route, msg_id, text, attachments,
+                                    reply_to, turn, now)
                 seen.record(msg_id, sender.id, mark, answer)
                 if answer is not None:
                     out.append(Answer(identity, [msg_id], answer, quiet, _ackable(answer)))
                 continue
-            if target is None and route_error is None:
+            if route is None and route_error is None:
                 try:
                     if batched and sender.latches:
                         backlog.check_latch(sender, to, msg_id, now)
-                    target = resolve_target(state, sender, to)
-                    if batched:
-                        room = backlog.room(state, target)
+                    route = resolve(state, sender, to, "send")
+                    if route.__class__ is not HeldSubagent:
+                        target = route if route.__class__ is Session else route.session
+                        if batched:
+                            room = backlog.room(state, target)
                 except BusError as error:
                     route_error = error
                     if batched and error.code == "target_backlogged" and \
                             not backlog.latched(sender, to):
                         backlog.latch(sender, to, msg_id, error, now)
             if route_error is not None:
-                if route_error.code == "target_not_found" and \
-                        _hold(state, sender, to, msg_id, text, attachments, mark):
-                    continue
                 raise route_error
+            if target is None:
+                _hold(state, sender, route, msg_id, text, attachments, mark)
+                continue
         except BusError as error:
             if batched and error.code == "target_backlogged":
                 state.stats["refused.target_backlogged"] += 1   # a pipelined wait, not final
@@ -166,40 +178,14 @@ def once(state: State, session: Session, action: str, mark: int, re: str,
     return answer
 
 
-def resolve_target(state: State, session: Session, to: str, *, ask: bool = False) -> Session:
-    """An ordinary (non-path) target; known non-agent nodes are refused, and a target
-    past its backlog bound; the id of a closed stage's last session reaches its host
-    (see broker.core.workflow.closed_stages). Raises BusError."""
-    try:
-        target = resolve_session(state, session, to)
-    except BusError as error:
-        if error.code == "target_not_found":
-            refuse_non_agent(state, session, to, None)
-            host = closed.route(state, session, to, ask=ask)
-            if host is not None:
-                backlog.check(state, host)
-                return host
-            dormant = held.find(state, session, to) if ask else None
-            if dormant is not None:
-                raise BusError("run_dormant", run_id=dormant[0].run_id)
-        raise
-    refuse_non_agent(state, session, to, target)
-    backlog.check(state, target)
-    return target
-
-
 # -- internals -----------------------------------------------------------------------
 
-def _hold(state: State, sender: Session, to: str, msg_id: str, text: str,
-          attachments: list | None, mark: int) -> bool:
-    """A send to a subagent of a dormant run is held (see broker.core.workflow.held_sends): answered
-    once committed. False when ``to`` names no such subagent. Raises BusError."""
-    found = held.find(state, sender, to)
-    if found is None:
-        return False
+def _hold(state: State, sender: Session, dormant: HeldSubagent, msg_id: str, text: str,
+          attachments: list | None, mark: int) -> None:
+    """A send to a subagent of a dormant run is held (see broker.core.workflow.held_sends):
+    answered once committed. Raises BusError(queue_full)."""
     state.ids.record(msg_id, sender.id, mark, None)      # the answer is pending
-    held.hold(state, sender, *found, msg_id, text, attachments or [])
-    return True
+    held.hold(state, sender, dormant.run, dormant.sub, msg_id, text, attachments or [])
 
 
 def _check_item(to: Any, text: Any, attachments: list | None) -> None:
@@ -214,11 +200,16 @@ def _check_item(to: Any, text: Any, attachments: list | None) -> None:
     body("send", {"message": text, "attachments": attachments})
 
 
-def _route_one(state: State, sender: Session, to: str, msg_id: str, text: str,
-               attachments: list | None, reply_to: str | None, turn: str | None,
+def _route_one(state: State, sender: Session, to: str, route: Target | None, msg_id: str,
+               text: str, attachments: list | None, reply_to: str | None, turn: str | None,
                now: float) -> dict[str, Any] | None:
-    if looks_like_path(to):
-        return send_to_path(state, sender, to, msg_id, text, attachments or [], now)
+    """A send to a path (``route``: what it names) or, with ``replyTo``, a reply."""
+    if route.__class__ is ClosedStageHost:
+        return send_late(state, sender, route.session, route.stage, msg_id, text,
+                         attachments or [])
+    if route is not None:
+        return send_to_path(state, sender, route.run, route.path, msg_id, text,
+                            attachments or [], now)
     # A send with replyTo is a reply: the thread must exist and be from ``to``.
     params = {"to": to, "message": text, "replyTo": reply_to}
     if attachments:

@@ -1,6 +1,8 @@
-"""Resolving a ``to`` string to one live session the caller may reach.
+"""Matching a ``to`` string to one session the caller may reach, by name or id.
 
-Order (first form that finds anything wins):
+This is step 1 of :func:`broker.core.messaging.resolver.resolve` (which decides what
+else a ``to`` may name, and in which order). Its own order (first form that finds
+anything wins):
 
 1. an exact full session id;
 2. an exact, case-insensitive session name;

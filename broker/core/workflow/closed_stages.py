@@ -50,6 +50,10 @@ class ClosedStage:
         return {"target": self.target, "name": self.name, "id": self.stage_id,
                 "sessionId": self.session_id, "runId": self.run_id, "label": self.label}
 
+    def late_fields(self) -> dict:
+        """What a late message to this stage carries to its host."""
+        return {"postMortem": True, "target": self.target, "stage": self.target}
+
     def spellings(self) -> set[str]:
         found = {self.target, f"workflow:{self.run_id}/{self.name}"}
         if self.session_id:
@@ -94,23 +98,16 @@ def rows_for(state: State, session: Session) -> list[dict]:
     return rows
 
 
-def route(state: State, sender: Session, to: str, *, ask: bool) -> Session | None:
-    """The host a late message to a closed stage goes to, or None when ``to`` names
-    no closed stage ``sender`` may reach. Raises BusError(stage_closed) for an ask to
-    a stage whose host has no late-message router."""
+def reachable(state: State, sender: Session, to: str, *, ask: bool) -> ClosedStage | None:
+    """The closed stage ``to`` spells, if ``sender`` may reach it (its host is then
+    connected here: see :func:`_may_reach`). Raises BusError(stage_closed) for an ask
+    to a stage whose host has no late-message router."""
     for kept in state.closed.values():
         stage = kept.get(to)
         if stage is not None and _may_reach(state, sender, stage):
             if ask and not stage.post_mortem:
                 raise BusError("stage_closed", to=to)
-            return state.registry.by_id.get(stage.host_id)
-    return None
-
-
-def stage_named(state: State, to: str) -> ClosedStage | None:
-    for kept in state.closed.values():
-        if to in kept:
-            return kept[to]
+            return stage
     return None
 
 

@@ -28,8 +28,7 @@ from schemas.errors import BusError
 from schemas.names import DEFAULT_GROUP, SENT, UNDELIVERABLE
 
 from broker.core.sessions import backlog
-from broker.core.workflow import closed_stages as closed
-from broker.core.sessions.authority import run_for
+from broker.core.workflow.closed_stages import ClosedStage
 from broker.core.kernel.commands import Send
 from broker.core.messaging.delivery import deliver
 from broker.core.workflow.paths import WorkflowPath, matches, parse_path
@@ -40,25 +39,16 @@ from broker.core.kernel.state import State
 from broker.core.workflow.sticky_queue import Entry, entry_from_row, entry_size, undeliverable_fields
 
 
-def send(state: State, session: Session, to: str, re: str, message: str, attachments: list,
-         now: float) -> dict[str, Any] | None:
-    """Deliver or queue one message to a path; None while the entry is being committed.
+def send(state: State, session: Session, run: Run, path: WorkflowPath, re: str, message: str,
+         attachments: list, now: float) -> dict[str, Any] | None:
+    """Deliver or queue one message to ``path`` of ``run`` (resolved:
+    :func:`broker.core.messaging.resolver.resolve`); None while the entry is being
+    committed.
 
-    Raises BusError(invalid_path | unknown_run | workflow_different_group |
-    non_agent_target | self_target | target_backlogged | stage_not_deliverable |
-    queue_full | run_full | sticky_storage_full).
+    Raises BusError(non_agent_target | self_target | target_backlogged |
+    stage_not_deliverable | queue_full | run_full | sticky_storage_full).
     """
-    path = parse_path(to)
-    host = closed.route(state, session, to, ask=False)
-    if host is not None:
-        # A closed stage: a late plain send reaches the session that ran the workflow.
-        backlog.check(state, host)
-        stage = closed.stage_named(state, to)
-        deliver(state, session.id, session.name, host, re, message, attachments, state.wall,
-                extra={"target": stage.target, "stage": stage.target, "postMortem": True})
-        return {"delivered": True, "to": host.id, "toName": host.name, "target": stage.target,
-                "messageId": re}
-    run = run_for(state, session, path)
+    to = str(path)
     agents = agent_matches(run, path)
     if not path.is_pattern and len(agents) == 1:
         node = agents[0]
@@ -130,17 +120,24 @@ def _adopt(state: State, row: StickyRow) -> Entry:
     return first
 
 
-def resolve_ask(state: State, session: Session, to: str) -> Session:
-    """The live stage session an ask to a path reaches.
+def send_late(state: State, session: Session, host: Session, stage: ClosedStage, re: str,
+              message: str, attachments: list) -> dict[str, Any]:
+    """A late plain send to a closed stage's path reaches the session that ran the
+    workflow, marked post-mortem. Raises BusError(target_backlogged)."""
+    backlog.check(state, host)
+    deliver(state, session.id, session.name, host, re, message, attachments, state.wall,
+            extra=stage.late_fields())
+    return {"delivered": True, "to": host.id, "toName": host.name, "target": stage.target,
+            "messageId": re}
+
+
+def stage_for_ask(state: State, session: Session, run: Run, path: WorkflowPath,
+                  to: str) -> Session:
+    """The live stage session an ask to ``path`` of ``run`` reaches.
 
     Raises BusError(pending_stage_ask_unsupported | run_dormant | ambiguous_stage |
-    self_target, and the path refusals of :func:`send`).
+    self_target | non_agent_target).
     """
-    path = parse_path(to)
-    host = closed.route(state, session, to, ask=True)
-    if host is not None:
-        return host
-    run = run_for(state, session, path)
     if path.is_pattern:
         raise BusError("pending_stage_ask_unsupported", to=to)
     if run.dormant:
