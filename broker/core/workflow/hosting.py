@@ -86,7 +86,7 @@ def _answer_when_saved(state: State, session: Session, re: str, run: Run,
         if live is not None:
             state.answer(live, re, value)
 
-    state.persist(ownership.saved(state, run), lambda now: reply(now, answer), reply)
+    state.persist(run.saved(state.broker_id), lambda now: reply(now, answer), reply)
 
 
 def take_over(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:

@@ -157,7 +157,7 @@ def received(state: State, session: Session, ids: list) -> None:
 
 
 def save(state: State, run: Run) -> None:
-    state.persist(ownership.saved(state, run))
+    state.persist(run.saved(state.broker_id))
 
 
 def session_left(state: State, event: SessionLeft) -> None:
