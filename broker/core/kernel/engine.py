@@ -46,7 +46,7 @@ from broker.core.kernel.commands import Answer, Command
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
 from broker.core.cluster.lease_clock import LeaseClock
 from broker.core.kernel import inputs
-from broker.core.kernel.dispatch import LIFECYCLE, handle
+from broker.core.kernel.dispatch import HOOKS, LIFECYCLE, handle
 from broker.core.kernel.figures import ShellFigures, figures
 from broker.core.kernel.outbox import render
 from broker.core.kernel.records import (InvocationSaved, InvocationState, LeaseRenewed, Snapshot,
@@ -83,6 +83,7 @@ class Engine:
         self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
                            warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
         self.state.listeners = LIFECYCLE
+        self.state.hooks = HOOKS
         self.state.cluster.endpoint = endpoint
         self.state.cluster.lease_s = lease_s
         self.state.cluster.curve_public = curve_public
