@@ -6,16 +6,16 @@ The API the IO shell uses (every call from the shell's own thread)::
     worker.start(); worker.ready.wait()
     worker.submit([(ticket_or_None, record), ...])      # one batch per loop round
     # poll worker.socket for POLLIN while worker.owes > 0, then:
-    for report in worker.reports():                     # never blocks
-        report["done"], report["failed"]                # tickets
-        report["error"]                                 # str | None
-        report["code"]                                  # failed tickets' error code | None
-        report["retained"], report["lost"]              # unwaited records kept / dropped
-        report.get("refused", [])                       # [ticket, code] of records refused
-        report.get("kept", [])                          # [ticket, StickyRow.fields()]: entries
-                                                        # whose request was stored already
-        report["brokers"]                               # list of lease rows | None
-        report.get("jobs", [])                          # queued jobs read for ReadJobs
+    for report in worker.reports():                     # never blocks; WorkerReport
+        report.done, report.failed                      # tickets
+        report.error                                    # str | None
+        report.code                                     # failed tickets' error code | None
+        report.retained, report.lost                    # unwaited records kept / dropped
+        report.refused                                  # (ticket, code) of records refused
+        report.kept                                     # (ticket, StickyRow): entries whose
+                                                        # request was stored already
+        report.brokers                                  # live lease rows | None
+        report.jobs                                     # queued jobs read for ReadJobs
     worker.submit([(None, READ_BROKERS)])               # ask for the rows alone
     worker.submit([(None, AdoptRuns(dead_broker_id))])  # take a dead broker's runs
     for dead, snapshot in worker.adopted(): ...         # Snapshot, or None if it failed
@@ -25,13 +25,15 @@ Theory of operation. ``submit`` appends the batch to an inbox deque and sends a 
 wake frame over an inproc PAIR; the records cross threads by reference, never
 encoded, so the shell's cost per round is one append and one send. The worker drains
 every batch waiting in the inbox, applies them all with one ``store.apply`` (group
-commit: one transaction, one fsync), and sends back one msgpack report naming the
-tickets now durable; after a batch holding a ``LeaseRenewed`` or :data:`READ_BROKERS`
-(a marker, not a record) the report also lists the other brokers whose lease is live
-(``broker_id``, ``endpoint``, ``until``, ``curve_public``): how the shell finds the
-brokers to link to, and whose CURVE keys to allow; after a batch holding
-:class:`~broker.core.kernel.commands.ReadJobs` (a read, not a record) it lists those
-conversations' queued jobs (``jobs``, as records' fields). A failed transaction reports the same tickets
+commit: one transaction, one fsync), and answers with one :class:`WorkerReport`
+naming the tickets now durable, which crosses back the same way: by reference through a
+deque, with a 1-byte frame over the PAIR to wake the shell. After a batch holding a
+``LeaseRenewed`` or :data:`READ_BROKERS` (a marker, not a record) the report also
+lists the other brokers whose lease is live (their ``LeaseRenewed`` rows: endpoint,
+lease end, CURVE key): how the shell finds the brokers to link to, and whose CURVE
+keys to allow; after a batch holding :class:`~broker.core.kernel.commands.ReadJobs`
+(a read, not a record) it lists those conversations' queued jobs (``jobs``, their
+``InvocationSaved`` records). A failed transaction reports the same tickets
 failed, with the error text and the error code their waiters get (see
 :meth:`broker.store.Store.failure_code`), and the worker keeps serving: nothing waits forever
 and nothing is claimed kept that was not.
@@ -54,7 +56,13 @@ Threading invariants:
 
 * ``submit``, ``reports``, ``owes``, ``socket`` and ``stop`` belong to the shell's
   thread (zmq sockets are not thread-safe, ``owes`` is a plain int); the worker thread
-  touches only the inbox (``deque.popleft``, atomic) and its own end of the PAIR;
+  touches only the inbox (``deque.popleft``, atomic), the outbox of reports and of
+  adoptions (``deque.append``, atomic) and its own end of the PAIR;
+* a report is in the outbox before its wake frame is sent, and the shell takes one
+  report per frame it reads, so a frame always finds its report and no report is
+  taken before its frame (which would leave a stale frame to wake the shell later);
+* reports, and the rows and records in them, are built fresh by the worker and never
+  touched by it once queued (``WorkerReport`` is frozen; the stores return new rows);
 * ``commits``, ``records`` and ``applied`` are written by the worker only, and
   ``submitted`` by the shell only; either side reads them for statistics (plain ints,
   so a read is never torn). ``commit_times`` has a lock of its own;
@@ -76,17 +84,17 @@ Threading invariants:
 from __future__ import annotations
 
 import collections
-import dataclasses
 import threading
 import time
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-import msgpack
 import zmq
 
 from broker.core.kernel.commands import AdoptRuns, ReadJobs
-from broker.core.kernel.records import LeaseRenewed, Record, Snapshot, StickyKept, refusal_code
+from broker.core.kernel.records import (InvocationSaved, LeaseRenewed, Record, Snapshot, StickyKept,
+                                        StickyRow, refusal_code)
 from broker.store import UNAVAILABLE, Store
 from .commit_times import CommitTimes
 
@@ -101,6 +109,26 @@ RETAIN_LIMIT = 50_000        # retained records at most; past it the oldest are 
 
 Batch = list[tuple[int | None, Record]]
 READ_BROKERS = "read-brokers"   # in a batch: report the live brokers' rows (no write)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """What the worker says about the batches it took together (see the module
+    docstring): each ticket among them is in exactly one of ``done``, ``failed``,
+    ``refused`` and ``kept``."""
+
+    batches: int                        # how many submitted batches this report covers
+    done: Sequence[int]                 # tickets now durable
+    failed: Sequence[int]               # tickets whose transaction failed, with ``code``
+    error: str | None = None            # what went wrong (a failure, or a read after it)
+    code: str | None = None             # the failed tickets' error code
+    retained: int = 0                   # unwaited records kept for a retry
+    lost: int = 0                       # retained records dropped since the last report
+    refused: Sequence[tuple[int, str]] = ()       # (ticket, code): records the store refused
+    kept: Sequence[tuple[int, StickyRow]] = ()    # (ticket, entry as stored): sticky
+                                                  # entries whose request was kept already
+    brokers: list[LeaseRenewed] | None = None     # the other live brokers' lease rows
+    jobs: Sequence[InvocationSaved] = ()          # queued jobs read for ``ReadJobs``
 
 
 class PersistenceWorker:
@@ -119,6 +147,7 @@ class PersistenceWorker:
         self._ctx = ctx
         self._inbox: collections.deque[Batch | None] = collections.deque()
         self._adopted: collections.deque[tuple[str, Snapshot | None]] = collections.deque()
+        self._reports: collections.deque[WorkerReport] = collections.deque()
         self._retained: list[Record] = []  # unwaited records the store could not take yet
         self._lost = 0                     # retained records dropped since the last report
         # A fresh name: several brokers (tests) may share one context.
@@ -151,14 +180,17 @@ class PersistenceWorker:
         """Items handed over and not yet done with, and records retained for a retry."""
         return self.submitted - self.applied + len(self._retained)
 
-    def reports(self) -> list[dict[str, Any]]:
-        """Every report waiting on the socket, oldest first; [] when none (never blocks)."""
+    def reports(self) -> list[WorkerReport]:
+        """Every report whose frame is waiting on the socket, oldest first; [] when
+        none (never blocks)."""
         sock = self.socket
+        queued = self._reports
         found = []
         # EVENTS first: a raised zmq.Again per call costs more than the read itself.
         while sock.getsockopt(_EVENTS) & _POLLIN:
-            report = msgpack.unpackb(sock.recv(_NOBLOCK), raw=False)
-            self.owes -= report.pop("batches")
+            sock.recv(_NOBLOCK)
+            report = queued.popleft()         # queued before its frame was sent
+            self.owes -= report.batches
             found.append(report)
         return found
 
@@ -230,10 +262,10 @@ class PersistenceWorker:
         while True:
             items, batches, stopping = self._take()
             if batches:
-                report = self._commit(items)
+                report = self._commit(items, batches)
                 self.applied += len(items)
-                report["batches"] = batches
-                sock.send(msgpack.packb(report, use_bin_type=True))
+                self._reports.append(report)
+                sock.send(_WAKE)
             if stopping:
                 return
             if self._retained and not sock.poll(RETRY_S * 1000, zmq.POLLIN):
@@ -256,7 +288,7 @@ class PersistenceWorker:
             batches += 1
         return items, batches, False
 
-    def _commit(self, items: Batch) -> dict[str, Any]:
+    def _commit(self, items: Batch, batches: int) -> WorkerReport:
         tickets = [ticket for ticket, _ in items if ticket is not None]
         adoptions = [item.broker_id for _, item in items if type(item) is AdoptRuns]
         if adoptions:
@@ -283,50 +315,52 @@ class PersistenceWorker:
                               if ticket is None and record is not READ_BROKERS
                               and type(record) is not ReadJobs])
             self._adopted.extend((dead, None) for dead in adoptions)   # asked again later
-            return self._report([], tickets, repr(error), code)
+            return self._report(batches, [], tickets, repr(error), code)
         if records:
             self.commits += 1
             self.records += len(records)
-        report = self._report(tickets, [], None, None)
+        done, refusals, kept_rows = tickets, (), ()
         if refused:
             # Claims another live broker's session holds (records.SessionClaimed), and
             # entries whose request another write kept first (records.StickyKept), and
             # hand-overs of jobs another broker started (records.InvocationState).
             kept = {id(r.saved): r.kept for r in refused if type(r) is StickyKept}
             ids = {id(r) for r in refused if type(r) is not StickyKept}
-            report["refused"] = [[t, refusal_code(record)] for t, record in items
-                                 if t is not None and id(record) in ids]
-            report["kept"] = [[t, kept[id(record)].fields()] for t, record in items
-                              if t is not None and id(record) in kept]
-            settled = {t for t, _ in report["refused"]} | {t for t, _ in report["kept"]}
-            report["done"] = [t for t in tickets if t not in settled]
+            refusals = [(t, refusal_code(record)) for t, record in items
+                        if t is not None and id(record) in ids]
+            kept_rows = [(t, kept[id(record)]) for t, record in items
+                         if t is not None and id(record) in kept]
+            settled = {t for t, _ in refusals} | {t for t, _ in kept_rows}
+            done = [t for t in tickets if t not in settled]
+        read_error = None
         for dead in adoptions:
             try:
                 self._adopted.append((dead, self.store.adopt_runs(dead, self.broker_id)))
             except Exception as exc:  # asked again by the core
                 self._adopted.append((dead, None))
-                report["error"] = f"adopting the runs of broker {dead}: {exc!r}"
+                read_error = f"adopting the runs of broker {dead}: {exc!r}"
+        jobs: Sequence[InvocationSaved] = ()
         if reads:
             try:
-                report["jobs"] = [dataclasses.asdict(job) for read in reads
-                                  for job in self.store.queued_jobs(read.agent, read.channel)]
+                jobs = [job for read in reads
+                        for job in self.store.queued_jobs(read.agent, read.channel)]
             except Exception as exc:  # the jobs wait for the conversation's next open
-                report["error"] = f"reading queued jobs: {exc!r}"
+                read_error = f"reading queued jobs: {exc!r}"
+        brokers = None
         if wants_brokers:
             try:
-                report["brokers"] = [
-                    {"broker_id": row.broker_id, "endpoint": row.endpoint, "until": row.until,
-                     "curve_public": row.curve_public}
-                    for row in self.store.brokers(time.time(), exclude=self.broker_id)]
+                brokers = self.store.brokers(time.time(), exclude=self.broker_id)
             except Exception as exc:  # the batch is durable all the same
-                report["error"] = f"reading live brokers: {exc!r}"
-        return report
+                read_error = f"reading live brokers: {exc!r}"
+        return self._report(batches, done, [], read_error, None, refusals, kept_rows,
+                            brokers, jobs)
 
-    def _report(self, done: list[int], failed: list[int], error: str | None,
-                code: str | None) -> dict[str, Any]:
+    def _report(self, batches: int, done: list[int], failed: list[int], error: str | None,
+                code: str | None, refused: Sequence = (), kept: Sequence = (),
+                brokers: list[LeaseRenewed] | None = None, jobs: Sequence = ()) -> WorkerReport:
         lost, self._lost = self._lost, 0
-        return {"done": done, "failed": failed, "error": error, "code": code,
-                "retained": len(self._retained), "lost": lost, "brokers": None}
+        return WorkerReport(batches, done, failed, error, code, len(self._retained), lost,
+                            refused, kept, brokers, jobs)
 
     def _write_retained(self) -> Exception | None:
         """Write the retained records in their own transaction.

@@ -30,7 +30,7 @@ from .core import Engine, Limits, Persist, Publish, Send
 from broker.core.kernel import inputs
 from broker.core.kernel.commands import (AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadBrokers,
                                          ReadJobs, RenewLease)
-from broker.core.kernel.records import LeaseReleased, LeaseRenewed, Snapshot, StickyRow
+from broker.core.kernel.records import LeaseReleased, LeaseRenewed, Snapshot
 from .curve import CurveError, CurveServer
 from .idle import IdleExit
 from .link_sockets import LinkSockets
@@ -327,30 +327,31 @@ class Broker:
     def _drain_worker(self, now: float, wall: float, commands: list) -> None:
         engine = self.engine
         for report in self.worker.reports():
-            if report["error"] or report["lost"]:
-                self.log.error("persist_failed", error=report["error"], code=report["code"],
-                               tickets=len(report["failed"]), retained=report["retained"],
-                               lost=report["lost"])
-            if report["brokers"] is not None:
-                self._brokers_read(report["brokers"], now, wall, commands)
+            if report.error or report.lost:
+                self.log.error("persist_failed", error=report.error, code=report.code,
+                               tickets=len(report.failed), retained=report.retained,
+                               lost=report.lost)
+            if report.brokers is not None:
+                self._brokers_read(report.brokers, now, wall, commands)
             for dead, snapshot in self.worker.adopted():
                 commands.extend(engine.handle(inputs.RunsAdopted(dead, snapshot, now, wall)))
-            if report.get("jobs"):
-                commands.extend(engine.handle(inputs.JobsRead(report["jobs"], now, wall)))
-            for ticket in report["done"]:
+            if report.jobs:
+                commands.extend(engine.handle(inputs.JobsRead(report.jobs, now, wall)))
+            for ticket in report.done:
                 commands.extend(engine.handle(inputs.Committed(ticket, now, wall)))
-            for ticket, code in report.get("refused", ()):
+            for ticket, code in report.refused:
                 commands.extend(engine.handle(inputs.CommitFailed(ticket, now, wall, code)))
-            for ticket, fields in report.get("kept", ()):
-                commands.extend(engine.handle(inputs.CommitKept(ticket, StickyRow.from_fields(fields), now, wall)))
-            for ticket in report["failed"]:
-                commands.extend(engine.handle(inputs.CommitFailed(ticket, now, wall, report["code"])))
+            for ticket, kept in report.kept:
+                commands.extend(engine.handle(inputs.CommitKept(ticket, kept, now, wall)))
+            for ticket in report.failed:
+                commands.extend(engine.handle(inputs.CommitFailed(ticket, now, wall, report.code)))
 
-    def _brokers_read(self, rows: list[dict], now: float, wall: float, commands: list) -> None:
+    def _brokers_read(self, rows: list[LeaseRenewed], now: float, wall: float,
+                      commands: list) -> None:
         """The other brokers' live lease rows: their CURVE keys are allowed first (a
         link the engine opens may be answered by one at once), then the engine links."""
         if self.curve is not None:
-            self.curve.allow_brokers(row["curve_public"] for row in rows)
+            self.curve.allow_brokers(row.curve_public for row in rows)
         commands.extend(self.engine.handle(inputs.BrokersRead(rows, now, wall)))
         unlinked = self.engine.cluster.unlinked
         for broker_id in unlinked.keys() - self._told_unlinked:

@@ -17,7 +17,7 @@ from broker.persistence import READ_BROKERS
 from broker.core.kernel.records import (LeaseReleased, LeaseRenewed, RunSaved, StickyDelivery,
                                  StickyRow, StickySaved)
 from broker import persistence
-from broker.persistence import RETRY_S, PersistenceWorker
+from broker.persistence import RETRY_S, PersistenceWorker, WorkerReport
 from broker.store.sqlite import BUSY_TIMEOUT_MS, SqliteStore
 
 NOW = time.time()
@@ -36,10 +36,10 @@ def lease(broker_id: str, until: float) -> LeaseRenewed:
     return LeaseRenewed(broker_id, 4242, f"ipc:///tmp/{broker_id}.sock", NOW, until)
 
 
-def wait_reports(worker: PersistenceWorker, timeout: float = 10.0) -> list[dict]:
+def wait_reports(worker: PersistenceWorker, timeout: float = 10.0) -> list[WorkerReport]:
     """Every report until the worker owes nothing; fails after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    reports: list[dict] = []
+    reports: list[WorkerReport] = []
     while worker.owes:
         remaining = deadline - time.monotonic()
         assert remaining > 0, f"the worker still owes {worker.owes} batches after {timeout:g} s"
@@ -133,8 +133,7 @@ def test_the_worker_reports_submitted_tickets_done_and_they_survive_reopen(start
                    (2, StickyDelivery(1, "a", "t1", "sent", NOW))])
     reports = wait_reports(worker)
     assert worker.stop()
-    assert reports == [{"done": [1, 2], "failed": [], "error": None, "code": None,
-                        "retained": 0, "lost": 0, "brokers": None}]
+    assert reports == [WorkerReport(1, done=[1, 2], failed=[])]
     snapshot = reopen(db).load()
     assert (snapshot.runs, snapshot.sticky) == ([RunSaved("r1", {"runId": "r1"})], [StickyRow(entry(1), [])])
 
@@ -143,8 +142,7 @@ def test_batches_waiting_together_are_committed_in_one_transaction(start_worker)
     worker = start_worker(before_start=[[(1, RunSaved("r1", {}))], [(2, RunSaved("r2", {}))],
                                         [(3, RunSaved("r3", {}))]])
     reports = wait_reports(worker)
-    assert reports == [{"done": [1, 2, 3], "failed": [], "error": None, "code": None,
-                        "retained": 0, "lost": 0, "brokers": None}]
+    assert reports == [WorkerReport(3, done=[1, 2, 3], failed=[])]
     assert (worker.commits, worker.records) == (1, 3)
 
 
@@ -154,8 +152,8 @@ def test_a_failed_batch_is_reported_failed_with_the_error(start_worker):
     wait_reports(worker)
     worker.submit([(2, RunSaved("r2", {})), (3, entry(1))])   # seq 1 again: the batch fails
     (report,) = wait_reports(worker)
-    assert (report["done"], report["failed"], report["brokers"]) == ([], [2, 3], None)
-    assert "ConstraintError" in report["error"] and report["code"] == "internal_error"
+    assert (report.done, report.failed, report.brokers) == ([], [2, 3], None)
+    assert "ConstraintError" in report.error and report.code == "internal_error"
 
 
 def test_the_worker_keeps_serving_after_a_failed_batch(start_worker, db):
@@ -163,8 +161,7 @@ def test_the_worker_keeps_serving_after_a_failed_batch(start_worker, db):
     worker.submit([(1, entry(1)), (2, entry(1))])
     wait_reports(worker)
     worker.submit([(3, RunSaved("r3", {}))])
-    assert wait_reports(worker) == [{"done": [3], "failed": [], "error": None, "code": None,
-                                     "retained": 0, "lost": 0, "brokers": None}]
+    assert wait_reports(worker) == [WorkerReport(1, done=[3], failed=[])]
     assert worker.stop()
     snapshot = reopen(db).load()
     assert (snapshot.runs, snapshot.sticky) == ([RunSaved("r3", {})], [])
@@ -177,7 +174,7 @@ def test_a_lease_renewal_reports_the_other_brokers_whose_lease_is_live(start_wor
     worker = start_worker()
     worker.submit([(None, lease(ME, time.time() + 30))])
     (report,) = wait_reports(worker)
-    assert [(row["broker_id"], row["endpoint"]) for row in report["brokers"]] == \
+    assert [(row.broker_id, row.endpoint) for row in report.brokers] == \
         [("other", "ipc:///tmp/other.sock")]
 
 
@@ -188,7 +185,7 @@ def test_a_read_of_the_brokers_writes_nothing_and_reports_their_rows(start_worke
     worker = start_worker()
     worker.submit([(None, READ_BROKERS)])
     (report,) = wait_reports(worker)
-    assert [row["broker_id"] for row in report["brokers"]] == ["other"]
+    assert [row.broker_id for row in report.brokers] == ["other"]
     assert worker.records == 0
 
 
@@ -261,12 +258,12 @@ def test_a_locked_store_fails_waited_tickets_fast_and_keeps_the_unwaited_records
                    (None, StickyDelivery(7, "a", "t1", "sent", NOW))])
     (report,) = wait_reports(worker)
     elapsed = time.monotonic() - started
-    assert (report["done"], report["failed"], report["code"]) == ([], [1], "store_unavailable")
-    assert "BusyError" in report["error"] and (report["retained"], report["lost"]) == (2, 0)
+    assert (report.done, report.failed, report.code) == ([], [1], "store_unavailable")
+    assert "BusyError" in report.error and (report.retained, report.lost) == (2, 0)
     assert elapsed < BUSY_TIMEOUT_MS / 1000 + 2, elapsed
     lock.release()
     worker.submit([(2, RunSaved("r2", {}))])
-    assert [(r["done"], r["retained"]) for r in wait_reports(worker)] == [([2], 0)]
+    assert [(r.done, r.retained) for r in wait_reports(worker)] == [([2], 0)]
     assert worker.stop()
     store = reopen(db)
     snapshot = store.load()
@@ -281,7 +278,7 @@ def test_retained_records_are_written_without_a_new_batch_once_the_lock_goes(sta
     worker = start_worker()
     lock.hold()
     worker.submit([(None, RunSaved("r1", {}))])
-    assert [r["retained"] for r in wait_reports(worker)] == [1]
+    assert [r.retained for r in wait_reports(worker)] == [1]
     lock.release()
     watcher = reopen(db)
     deadline = time.monotonic() + RETRY_S + 10
@@ -297,7 +294,7 @@ def test_a_retained_renewal_is_replaced_by_the_next_one(start_worker, db, lock):
     worker.submit([(None, lease(ME, NOW + 60))])
     worker.submit([(None, lease(ME, NOW + 600))])
     reports = wait_reports(worker)
-    assert reports[-1]["retained"] == 1, reports
+    assert reports[-1].retained == 1, reports
     lock.release()
     worker.submit([(1, RunSaved("r1", {}))])
     wait_reports(worker)
@@ -315,9 +312,9 @@ def test_retained_records_are_bounded_and_the_oldest_counted_lost(start_worker, 
     lock.hold()
     worker.submit([(None, RunSaved(f"r{n}", {})) for n in range(5)])
     (report,) = wait_reports(worker)
-    assert (report["retained"], report["lost"]) == (3, 2)
+    assert (report.retained, report.lost) == (3, 2)
     lock.release()
     worker.submit([(1, RunSaved("r9", {}))])
-    assert [r["lost"] for r in wait_reports(worker)] == [0]
+    assert [r.lost for r in wait_reports(worker)] == [0]
     assert worker.stop()
     assert [run.run_id for run in reopen(db).load().runs] == ["r2", "r3", "r4", "r9"]

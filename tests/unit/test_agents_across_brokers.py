@@ -7,7 +7,6 @@ sends, publishes and keeps.
 
 from __future__ import annotations
 
-import dataclasses
 
 from broker.core import Publish
 from broker.core.kernel.commands import ReadJobs
@@ -190,7 +189,7 @@ def test_a_job_of_a_broker_that_died_is_read_from_the_store_when_its_destination
     pair.hello(pair.b, "dest", agent="lys", channel="discord:2")
     (read,) = reads(pair, pair.b)
     assert (read.agent, read.channel) == ("lys", "discord:2")
-    rows = [dataclasses.asdict(job) for job in pair.store.queued_jobs(read.agent, read.channel)]
+    rows = pair.store.queued_jobs(read.agent, read.channel)
     pair.deliver(pair.b, pair.b.engine.jobs_read(rows, pair.b.now))
     pair.settle()
     assert [e["id"] for e in events(pair, pair.b, b"dest", "invocation")] == ["j1"]

@@ -4,15 +4,16 @@ what a broker says about a broker it cannot link to (engines wired in memory).""
 from __future__ import annotations
 
 from broker.core.kernel.commands import LinkOpen, LinkSend
+from broker.core.kernel.records import LeaseRenewed
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
 from tests.unit.test_links import Node, Pair
 
 
-def row(node: Node, curve_public: str = "") -> dict:
+def row(node: Node, curve_public: str = "") -> LeaseRenewed:
     """``node``'s lease row as the other broker reads it."""
-    return {"broker_id": node.broker_id, "endpoint": f"ipc:///tmp/{node.broker_id}.sock",
-            "until": node.now + 100, "curve_public": curve_public}
+    return LeaseRenewed(node.broker_id, 1, f"ipc:///tmp/{node.broker_id}.sock", 0.0,
+                        node.now + 100, curve_public)
 
 
 def status_of(pair: Pair, node: Node) -> dict:

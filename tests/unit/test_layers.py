@@ -11,6 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("broker", "client", "schemas")
 CORE_FORBIDDEN = {"zmq", "apsw", "structlog", "threading", "time", "logging", "socket", "asyncio"}
+# Where the engine is assembled: the only core modules outside broker.core.cluster that
+# may import it (the handler, lifecycle and hook tables; the engine; State's fields).
+CLUSTER_ASSEMBLY = {"broker.core.kernel.dispatch", "broker.core.kernel.engine",
+                    "broker.core.kernel.state"}
 
 
 def _modules() -> dict[str, Path]:
@@ -107,3 +111,16 @@ def test_schemas_import_neither_side_and_the_client_not_the_broker():
                  if (mod.startswith("schemas") and name.split(".")[0] in ("broker", "client"))
                  or (mod.startswith("client") and name.split(".")[0] == "broker"))
     assert bad == []
+
+
+def test_a_core_room_imports_the_cluster_only_where_the_engine_is_assembled():
+    _, raw = _graph()
+
+    def in_cluster(name: str) -> bool:
+        return name == "broker.core.cluster" or name.startswith("broker.core.cluster.")
+
+    core = {mod for mod in raw if mod == "broker.core" or mod.startswith("broker.core.")}
+    importers = {mod for mod in core - {m for m in core if in_cluster(m)}
+                 if any(in_cluster(name) for name in raw[mod])}
+    assert sorted(importers - CLUSTER_ASSEMBLY) == []
+    assert "broker.core.kernel.dispatch" in importers    # the check sees the tables' imports

@@ -14,7 +14,8 @@ CORE = Path(dispatch.__file__).resolve().parents[1]
 
 
 def test_every_event_type_has_listeners_from_the_rooms_that_own_them():
-    assert set(dispatch.LIFECYCLE) == {lifecycle.SessionLeft, lifecycle.SessionChanged,
+    assert set(dispatch.LIFECYCLE) == {lifecycle.SessionOpened, lifecycle.SessionLeft,
+                                       lifecycle.SessionChanged, lifecycle.RunChanged,
                                        lifecycle.RunClosed}
     for listeners in dispatch.LIFECYCLE.values():
         for listener in listeners:
@@ -39,5 +40,5 @@ def test_a_session_leaving_is_one_event_every_listener_hears_in_order():
         for f in state.listeners[lifecycle.SessionLeft])}
     bus.feed(b"bob", envelope("bye"))
     assert heard == ["presence", "ask_actions", "stage_binding", "closed_stages",
-                     "conversations", "changes"]
+                     "conversations", "remote_conversations", "changes"]
     assert [s.name for s in state.registry.by_id.values()] == ["alice"]

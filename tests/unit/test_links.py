@@ -54,8 +54,8 @@ class Pair:
         """Each reads the other's lease row: links open, hellos cross."""
         for node in (self.a, self.b):
             peer = self.other(node)
-            row = {"broker_id": peer.broker_id, "endpoint": f"ipc:///tmp/{peer.broker_id}.sock",
-                   "until": node.now + 100}
+            row = LeaseRenewed(peer.broker_id, 1, f"ipc:///tmp/{peer.broker_id}.sock", 0.0,
+                               node.now + 100)
             self.deliver(node, node.engine.brokers_read([row], node.now))
         self.settle()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from broker.core import Send
 from broker.core.kernel.commands import AdoptRuns, LinkSend
+from broker.core.kernel.records import LeaseRenewed
 from broker.core.sessions.grants import link_proof
 from broker.core.cluster.ownership import ADOPT_RETRY_S
 from schemas.limits import ADOPT_GRACE_S
@@ -229,7 +230,7 @@ def adopted_elsewhere(msg_id: str):
 
 def test_a_send_for_a_run_another_broker_adopted_first_waits_for_that_brokers_word():
     pair, b, now = adopted_elsewhere("m7")
-    b.brokers_read([{"broker_id": "bc", "endpoint": "ipc:///tmp/bc.sock", "until": now + 100}], now)
+    b.brokers_read([LeaseRenewed("bc", 1, "ipc:///tmp/bc.sock", 0.0, now + 100)], now)
     told = b.receive_batch(b"link-bc", [envelopes.link(
         "bc", link_proof(b.state.grant_key, "bc"), "ipc:///tmp/bc.sock", now + 100, [], [RUN],
         {})], now)

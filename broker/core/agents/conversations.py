@@ -28,7 +28,6 @@ from schemas.limits import MAX_AGENT_CHARS
 from schemas.names import INTERNAL
 
 from broker.core.sessions import control
-from broker.core.cluster import remote_conversations as conversation_mirrors
 from broker.core.agents import invoke_actions as invoking
 from broker.core.agents.activity import touch
 from broker.core.agents.registry import Conversation
@@ -111,9 +110,8 @@ def left(state: State, session: Session) -> None:
     conversation = state.conversations.by_session.get(session.id)
     if conversation is None:
         return
-    if session.broker is not None:          # a mirror: its own broker keeps the record
-        conversation_mirrors.mirror_left(state, conversation)
-        return
+    if session.broker is not None:
+        return      # a mirror's: broker.core.cluster.remote_conversations.session_left
     invoking.session_left(state, conversation)
     if conversation.persistent:
         state.conversations.detach(conversation)

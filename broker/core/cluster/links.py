@@ -50,6 +50,7 @@ from broker.core.cluster import remote_conversations as conversation_mirrors, fo
 from broker.core.agents import invoke_actions as invoking, respond_action as respond
 from broker.core.cluster.peers import Peer, link_row, mirror_of
 from broker.core.kernel.commands import LinkClose, LinkOpen, LinkSend, Send
+from broker.core.kernel.records import LeaseRenewed
 from broker.core.sessions.connect import disconnect
 from broker.core.kernel.dispatch import handle
 from broker.core.sessions.grants import link_proof
@@ -66,12 +67,12 @@ def is_hello(env: Any) -> bool:
 
 # -- the shell's inputs --------------------------------------------------------------
 
-def brokers_read(state: State, rows: list[dict], now: float) -> None:
+def brokers_read(state: State, rows: list[LeaseRenewed], now: float) -> None:
     """The other brokers' live lease rows, as just read from the store."""
     cluster = state.cluster
     seen = set()
     for row in rows:
-        broker_id, endpoint, until = row["broker_id"], row["endpoint"], row["until"]
+        broker_id, endpoint, until = row.broker_id, row.endpoint, row.until
         seen.add(broker_id)
         if broker_id in cluster.departed or broker_id in cluster.unlinked:
             continue
@@ -81,7 +82,7 @@ def brokers_read(state: State, rows: list[dict], now: float) -> None:
             continue
         why = _unlinkable(cluster.curve_public, row)
         if why is None:
-            _meet(state, broker_id, endpoint, until, now, row.get("curve_public") or "")
+            _meet(state, broker_id, endpoint, until, now, row.curve_public)
         else:
             cluster.unlinked[broker_id] = why
             state.stats["brokers.unlinked.curve_mismatch"] += 1
@@ -328,13 +329,12 @@ _LINK_HANDLERS = {
 
 # -- internals -----------------------------------------------------------------------
 
-def _unlinkable(own_key: str, row: dict) -> str | None:
+def _unlinkable(own_key: str, row: LeaseRenewed) -> str | None:
     """Why this broker (CURVE key ``own_key``, "" without CURVE) cannot link to the
     broker of lease ``row``, in words a person can act on; None when it can."""
-    theirs = row.get("curve_public") or ""
-    if bool(theirs) == bool(own_key):
+    if bool(row.curve_public) == bool(own_key):
         return None
-    where = f"broker {row['broker_id']} ({row['endpoint']}) on this database"
+    where = f"broker {row.broker_id} ({row.endpoint}) on this database"
     if own_key:
         return (f"{where} runs without CURVE and this broker with it: they do not link; "
                 "start every broker on one database with --curve, or none")

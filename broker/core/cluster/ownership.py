@@ -33,7 +33,8 @@ waits again, for that broker's word over its link, or for one more adoption afte
 wait like sends (:mod:`broker.core.cluster.placement` parks both).
 
 Invariants: a run id is in at most one of ``state.runs``, ``Cluster.run_owners`` and
-the orphans; every run this broker persists carries its id as the owner; an adoption
+the orphans; every run this broker persists carries its id as the owner
+(:meth:`broker.core.workflow.run_tree.Run.saved`); an adoption
 that fails (the store unavailable) is asked again until it succeeds.
 """
 
@@ -47,7 +48,7 @@ from schemas.limits import ADOPT_RETRY_S
 from broker.core.cluster.peers import Peer
 from broker.core.kernel.commands import AdoptRuns
 from broker.core.workflow.paths import parse_path, path_run  # noqa: F401  (path_run: callers name it here)
-from broker.core.kernel.records import RunSaved, Snapshot, StickyDelivery
+from broker.core.kernel.records import Snapshot, StickyDelivery
 from broker.core.workflow.run_tree import Run, Subagent
 from broker.core.kernel.state import State
 from broker.core.workflow.sticky_queue import entry_from_row
@@ -67,11 +68,6 @@ class Orphans:
     # Runs an adoption here did not get: another broker took them (its word is on its
     # way) or they ended. Requests for them wait for that word, one retry at most.
     missed: bool = False
-
-
-def saved(state: State, run: Run) -> RunSaved:
-    """The record of ``run`` as this broker (its owner) writes it."""
-    return RunSaved(run.run_id, run.record(), state.broker_id)
 
 
 def owner(state: State, run_id: str) -> Peer | None:

@@ -7,7 +7,8 @@ to that conversation here (:func:`mirrored`), created if this broker did not kno
 so ``list_sessions``, ``respond`` (``last``, explicit ids) and ``invoke`` see the
 agents' conversations of every broker. When the mirror leaves, a persistent
 conversation stays remembered here, as a local one would; an ephemeral one is
-forgotten (:func:`broker.core.agents.conversations.left`).
+forgotten (:func:`session_left`, a lifecycle listener: the agents room handles only
+its own sessions' conversations).
 
 Invariants:
 
@@ -28,6 +29,7 @@ from typing import Any
 from broker.core.agents import invoke_actions as invoking
 from broker.core.agents.registry import Conversation
 from broker.core.sessions.registry import Session
+from broker.core.kernel.lifecycle import SessionLeft
 from broker.core.kernel.state import State
 
 def link_fields(state: State, session: Session) -> dict[str, Any]:
@@ -66,6 +68,17 @@ def mirrored(state: State, mirror: Session, row: dict[str, Any], now: float) -> 
     queued = row.get("queuedInvocations")
     conversation.queued_elsewhere = queued if queued.__class__ is int and queued >= 0 else 0
     invoking.offer(state, (agent, channel), now)
+
+
+def session_left(state: State, event: SessionLeft) -> None:
+    """Lifecycle listener: a mirror's conversation goes with it (its own broker keeps
+    the record)."""
+    session = event.session
+    if session.broker is None:
+        return
+    conversation = state.conversations.by_session.get(session.id)
+    if conversation is not None:
+        mirror_left(state, conversation)
 
 
 def mirror_left(state: State, conversation: Conversation) -> None:

@@ -66,7 +66,9 @@ def wait_for_owners(state: State, session: Session, re: str, answer: dict[str, A
                     now: float) -> bool:
     """Complete ``answer`` (a list of ``session``'s, with this broker's rows) with the
     runs other brokers own; True when it is answered here (at once, or once its owners
-    answered), False when no other broker owns any of them."""
+    answered), False when no other broker owns any of them (or none is live)."""
+    if not state.cluster.others:
+        return False
     order: list[str] = []                  # every invocation group's run, in order
     asked: dict[str, list[str]] = {}
     markers: dict[str, dict] = {}

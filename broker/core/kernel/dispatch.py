@@ -4,7 +4,9 @@ This file is the table. :func:`handle` checks an envelope against its kind's
 declaration in :mod:`schemas.kinds`, finds the session its connection speaks for,
 asks :func:`broker.core.cluster.placement.place` whether the request belongs on another
 broker (forwarded whole) or must wait for a dead broker's run (parked), and otherwise
-calls the handler named here. A handler refuses by raising
+calls the handler named here. The lifecycle listeners (:data:`LIFECYCLE`) and the
+cluster's hooks (:data:`HOOKS`) are named here too, so the rooms never import the
+cluster. A handler refuses by raising
 :class:`~schemas.errors.BusError`; :func:`handle` turns every refusal (and any bug,
 counted as ``internal_error``) into one answer through
 :meth:`~broker.core.kernel.state.State.answer`, and the final pass builds its envelope with
@@ -24,12 +26,15 @@ from broker.core.sessions.overview import overview
 from broker.core.messaging import ask_actions
 from broker.core.workflow import closed_stages
 from broker.core.agents import conversations, invoke_actions as invoking
-from broker.core.cluster import changes, placement
+from broker.core.cluster import (changes, claims, ownership, placement, remote_conversations,
+                                 remote_listing)
 from broker.core.workflow import hosting, stage_binding as stages
 from broker.core.messaging import handlers as messaging
 from broker.core.agents.recovery import recovery
 from broker.core.agents.respond_action import ack_output, respond
-from broker.core.kernel.lifecycle import RunClosed, SessionChanged, SessionLeft
+from broker.core.kernel.hooks import Hooks
+from broker.core.kernel.lifecycle import (RunChanged, RunClosed, SessionChanged, SessionLeft,
+                                          SessionOpened)
 from broker.core.kernel.figures import stats
 from broker.core.kernel.params import tool_params
 from broker.core.kernel.state import State
@@ -129,11 +134,18 @@ WORKFLOW_OPS: dict[str, Callable[..., "dict[str, Any] | None"]] = {
 # Who hears each lifecycle event (broker.core.kernel.lifecycle), in this order: a
 # session's groups hear it left before its asks fail and its stage is unbound.
 LIFECYCLE: dict[type, tuple] = {
+    SessionOpened: (changes.session_opened,),
     SessionLeft: (presence.session_left, ask_actions.session_left, stages.session_left,
-                  closed_stages.session_left, conversations.session_left, changes.session_left),
+                  closed_stages.session_left, conversations.session_left,
+                  remote_conversations.session_left, changes.session_left),
     SessionChanged: (changes.session_changed,),
+    RunChanged: (changes.run_changed,),
     RunClosed: (changes.run_closed,),
 }
+
+# What the rooms ask the cluster (broker.core.kernel.hooks).
+HOOKS = Hooks(claim=claims.claim, check_run_here=ownership.check_here,
+              wait_for_owners=remote_listing.wait_for_owners)
 
 # Kinds declared as requests (schemas.kinds): refused without a usable id.
 _REQUESTS = frozenset(k.name for k in kinds.CLIENT_KINDS if k.request)

@@ -46,10 +46,11 @@ from broker.core.kernel.commands import Answer, Command
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
 from broker.core.cluster.lease_clock import LeaseClock
 from broker.core.kernel import inputs
-from broker.core.kernel.dispatch import LIFECYCLE, handle
+from broker.core.kernel.dispatch import HOOKS, LIFECYCLE, handle
 from broker.core.kernel.figures import ShellFigures, figures
 from broker.core.kernel.outbox import render
-from broker.core.kernel.records import InvocationSaved, InvocationState, Snapshot, StickyRow
+from broker.core.kernel.records import (InvocationSaved, InvocationState, LeaseRenewed, Snapshot,
+                                        StickyRow)
 from broker.core.sessions.registry import Registry
 from broker.core.sessions.identity_table import IdentityRecord
 from broker.core.kernel.state import Limits, State
@@ -83,6 +84,7 @@ class Engine:
                            warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
         self.state.listeners = LIFECYCLE
         self.state.other_brokers = ownership     # answers the target resolver's questions
+        self.state.hooks = HOOKS
         self.state.cluster.endpoint = endpoint
         self.state.cluster.lease_s = lease_s
         self.state.cluster.curve_public = curve_public
@@ -199,7 +201,7 @@ class Engine:
             handle(state, identity, env, now)
         return self._flush()
 
-    def brokers_read(self, rows: list[dict], now: float, wall: float | None = None) -> list[Command]:
+    def brokers_read(self, rows: list[LeaseRenewed], now: float, wall: float | None = None) -> list[Command]:
         """The other brokers' live lease rows, as the store has them now (see
         :mod:`broker.core.cluster.links`)."""
         self.state.wall = now if wall is None else wall
@@ -223,11 +225,12 @@ class Engine:
             handle(state, identity, env, now)       # waited for the run: it is here now
         return self._flush()
 
-    def jobs_read(self, rows: list[dict], now: float, wall: float | None = None) -> list[Command]:
-        """Queued invoke jobs read from the store for a :class:`ReadJobs` (the fields
-        of :class:`InvocationSaved`): those not held yet are handed over once."""
+    def jobs_read(self, rows: list[InvocationSaved], now: float,
+                  wall: float | None = None) -> list[Command]:
+        """Queued invoke jobs read from the store for a :class:`ReadJobs`: those not
+        held yet are handed over once."""
         self.state.wall = now if wall is None else wall
-        invoking.arrived(self.state, [Job.from_record(InvocationSaved(**row)) for row in rows], now)
+        invoking.arrived(self.state, [Job.from_record(row) for row in rows], now)
         return self._flush()
 
     def link_refused(self, broker_id: str, now: float, wall: float | None = None) -> list[Command]:

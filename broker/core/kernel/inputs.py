@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from schemas.errors import BusError
 
 from broker.core.kernel.figures import ShellFigures
-from broker.core.kernel.records import Snapshot, StickyRow
+from broker.core.kernel.records import InvocationSaved, LeaseRenewed, Snapshot, StickyRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ class CommitKept:
 class BrokersRead:
     """The other brokers' live lease rows as the store has them now."""
 
-    rows: list
+    rows: list[LeaseRenewed]
     now: float
     wall: float | None = None
 
@@ -106,7 +106,7 @@ class RunsAdopted:
 class JobsRead:
     """Queued invoke jobs read from the store for a ``ReadJobs``."""
 
-    rows: list
+    rows: list[InvocationSaved]
     now: float
     wall: float | None = None
 

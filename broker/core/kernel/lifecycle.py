@@ -5,7 +5,8 @@ A room that changes something others depend on emits one named event
 one table, :data:`broker.core.kernel.dispatch.LIFECYCLE`, installed in
 ``State.listeners`` where the engine is assembled. So a session leaving is one
 ``SessionLeft``, not one function reaching into presence, asks, stages, closed stages,
-conversations and the cluster in turn. Listeners run in the table's order.
+conversations and the cluster in turn. Listeners run in the table's order. Where a
+room needs an answer rather than to tell, it asks a hook (:mod:`broker.core.kernel.hooks`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from broker.core.kernel.state import State
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOpened:
+    """``session`` was opened here and welcomed (at ``now``); its stage is bound and
+    the runs it hosted are its again."""
+
+    session: Any
+    now: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +44,22 @@ class SessionChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class RunChanged:
+    """The run ``run_id`` is this broker's, and what other brokers know of it changed:
+    it was registered here, or went dormant (sends to its subagents are held here), or
+    its host came back (they are not)."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunClosed:
     """The run ``run_id`` this broker owned ended (its host said end_run)."""
 
     run_id: str
 
 
-Event = SessionLeft | SessionChanged | RunClosed
+Event = SessionOpened | SessionLeft | SessionChanged | RunChanged | RunClosed
 Listener = Callable[["State", Any], None]
 
 

@@ -21,7 +21,7 @@ a class here, a member of :data:`Record`, and a row of :data:`broker.store.RECOR
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields as fields_of
+from dataclasses import dataclass, field
 from typing import Any, get_args
 
 
@@ -237,15 +237,6 @@ class StickyRow:
 
     entry: StickySaved
     delivered_to: list[str] = field(default_factory=list)
-
-    def fields(self) -> dict[str, Any]:
-        """Plain values (for the persistence worker's report); :meth:`from_fields` back."""
-        return {"entry": {f.name: getattr(self.entry, f.name) for f in fields_of(StickySaved)},
-                "delivered_to": list(self.delivered_to)}
-
-    @classmethod
-    def from_fields(cls, fields: dict[str, Any]) -> StickyRow:
-        return cls(StickySaved(**fields["entry"]), list(fields["delivered_to"]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from broker.core.messaging.ask_table import AskTable
 from broker.core.kernel.bounded import RecentMap
 from broker.core.cluster.peers import Cluster
 from broker.core.kernel.commands import Answer, Command, Persist
+from broker.core.kernel.hooks import Hooks
 from broker.core.messaging.dedup import MessageIds
 from broker.core.sessions.departures import Departures
 from broker.core.sessions.grants import UsedGrants
@@ -122,6 +123,7 @@ class State:
     out: list[Command] = field(default_factory=list)
     # lifecycle event type -> its listeners, in order (broker.core.kernel.lifecycle)
     listeners: dict[type, tuple] = field(default_factory=dict)
+    hooks: Hooks | None = None        # the cluster's answers, installed by the engine (kernel.hooks)
     internal_errors: list[Exception] = field(default_factory=list)
     # What an operator reads in the log (sessions coming and going, refusals, brokers
     # gone, adoptions): (event, fields), drained by the shell after each input.

@@ -36,20 +36,19 @@ from broker.core.messaging import ask_actions as asking
 from broker.core.sessions import backlog, control
 from broker.core.workflow import held_sends as held
 from broker.core.agents import conversations, invoke_actions as invoking
-from broker.core.cluster import ownership
 from broker.core.agents.registry import welcome_fields
 from broker.core.sessions.authority import check_claimed
 from broker.core.kernel.commands import Send
 from broker.core.sessions.grants import admit_child, session_token
 from broker.core.sessions.membership import change_groups
 from broker.core.sessions.presence import membership_changed, status_changed
-from broker.core.cluster.claims import claim
 from broker.core.sessions.identities import remember
 from broker.core.sessions.identity_table import IdentityRecord
 from broker.core.kernel.records import IdentitySaved, SessionReleased
 from broker.core.sessions.registry import Session
+from broker.core.workflow.paths import path_run
 from broker.core.workflow.stage_binding import bind, host_returned, stage_home
-from broker.core.kernel.lifecycle import SessionLeft, emit
+from broker.core.kernel.lifecycle import SessionLeft, SessionOpened, emit
 from broker.core.kernel.state import State
 
 NOT_REMEMBERED = "that id is not remembered here and came without a reclaim secret"
@@ -104,7 +103,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     parent = state.registry.by_id.get(parent_id or "")
     if parent is not None and parent.broker is not None and parent.mirrored_stage:
         # A stage's subagents live where its run is (held sends, take-overs).
-        ownership.check_here(state, ownership.path_run(parent.mirrored_stage))
+        state.hooks.check_run_here(state, path_run(parent.mirrored_stage))
     stage = None
     if kind == STAGE and env.get("stage"):
         home, run, node = stage_home(state, env["stage"], env.get("group"), env.get("grant"), now)
@@ -129,8 +128,8 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         _open(state, identity, env, re, now, session_id, refusal, name, kind, parent,
               home, groups, dropped, stage, peer, conversation_claim)
 
-    claim(state, identity, session_id, refusal, bool(env.get("sessionId")), open_as, now,
-          unverified)
+    state.hooks.claim(state, identity, session_id, refusal, bool(env.get("sessionId")), open_as,
+                      now, unverified)
 
 
 def _open(state: State, identity: bytes, env: dict, re: str, now: float, session_id: str,
@@ -177,8 +176,7 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
         transcript = env.get("transcript") or session.atomic_session_id or session.id
         bind(state, session, *stage, transcript, now)
     host_returned(state, session)
-    if state.cluster.orphans:
-        ownership.arrived(state, session.id, now)
+    emit(state, SessionOpened(session, now))
     conversations.joined(state, conversation, now)
 
 

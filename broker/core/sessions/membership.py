@@ -15,7 +15,6 @@ from schemas.groups import clean_group
 
 from broker.core.sessions.authority import check_join, peek, visible_to
 from broker.core.sessions.presence import membership_changed
-from broker.core.cluster.remote_listing import wait_for_owners
 from broker.core.workflow.run_listing import run_rows
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
@@ -33,7 +32,7 @@ def list_sessions(state: State, session: Session, params: dict, re: str, now: fl
     if group is not None:
         result["group"] = group
     result.update(run_rows(state, session))
-    if state.cluster.others and wait_for_owners(state, session, re, result, now):
+    if state.hooks.wait_for_owners(state, session, re, result, now):
         return None              # answered with the rows of runs other brokers own
     return result
 

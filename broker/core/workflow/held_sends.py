@@ -23,7 +23,6 @@ from typing import Any
 from schemas.errors import BusError
 from schemas.limits import QUEUED_PER_TARGET
 
-from broker.core.cluster import ownership
 from broker.core.messaging.delivery import deliver
 from broker.core.workflow.run_tree import Run, Subagent
 from broker.core.sessions.registry import Session
@@ -39,7 +38,7 @@ def adopt(state: State, session: Session, parent: Session | None) -> None:
             run.subagents[session.id] = Subagent(session.id, session.name,
                                                  session.atomic_session_id,
                                                  parent.binding.node_key, list(session.groups))
-            state.persist(ownership.saved(state, run))
+            state.persist(run.saved(state.broker_id))
     for run in _runs_holding(state):
         sub = _known(run, session)
         if sub is not None:
@@ -88,7 +87,7 @@ def hold(state: State, sender: Session, run: Run, sub: Subagent, msg_id: str, te
             run.held[sub.session_id].remove(item)
         state.settle(state.registry.by_id.get(sender.id), msg_id, error)
 
-    state.persist(ownership.saved(state, run),
+    state.persist(run.saved(state.broker_id),
                   lambda at: state.settle(state.registry.by_id.get(sender.id), msg_id, answer),
                   failed)
 
@@ -102,7 +101,7 @@ def release(state: State, run: Run, sub: Subagent, session: Session) -> None:
         deliver(state, item["from"], item["fromName"], session, item["id"], item["message"],
                 item["attachments"], item["sentAt"], extra={"held": True})
         state.stats["held.delivered"] += 1
-    state.persist(ownership.saved(state, run))
+    state.persist(run.saved(state.broker_id))
 
 
 def _runs_holding(state: State) -> list[Run]:

@@ -16,7 +16,6 @@ from typing import Any
 from schemas.errors import BusError
 from schemas.names import PENDING, RUNNING, STAGE_STATES, TERMINAL_STATES, run_group
 
-from broker.core.cluster import ownership
 from broker.core.sessions.membership import change_groups, room_for
 from broker.core.workflow.path_delivery import node_at, notify_undeliverable, settle_exact
 from broker.core.workflow.paths import looks_like_path, parse_path
@@ -27,7 +26,7 @@ from broker.core.kernel.records import RunEnded
 from broker.core.workflow.run_tree import Node, Run, build_nodes
 from broker.core.sessions.registry import Session
 from broker.core.workflow.stage_binding import save, set_host
-from broker.core.kernel.lifecycle import RunClosed, emit
+from broker.core.kernel.lifecycle import RunChanged, RunClosed, emit
 from broker.core.kernel.state import State
 
 
@@ -44,7 +43,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> None:
         raise BusError("invalid_params", detail="lateRouter must be true or false")
     run = state.runs.get(run_id)
     if run is None:
-        ownership.check_here(state, run_id)
+        state.hooks.check_run_here(state, run_id)
     if run is not None:
         if run.host_id not in (None, session.id):
             raise BusError("not_run_host", run_id=run_id)
@@ -63,7 +62,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> None:
                   nonce=state.new_token()[:16])
         run.attach(build_nodes(env.get("stages") or [], None), None)
         state.runs[run_id] = run
-        ownership.registered(state, run_id)
+        emit(state, RunChanged(run_id))
     set_host(state, run, session)
     if late_router is not None:
         run.late_router = late_router
@@ -86,7 +85,7 @@ def _answer_when_saved(state: State, session: Session, re: str, run: Run,
         if live is not None:
             state.answer(live, re, value)
 
-    state.persist(ownership.saved(state, run), lambda now: reply(now, answer), reply)
+    state.persist(run.saved(state.broker_id), lambda now: reply(now, answer), reply)
 
 
 def take_over(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
@@ -95,7 +94,7 @@ def take_over(state: State, session: Session, env: dict, now: float) -> dict[str
     invalid_grant | too_many_runs | too_many_groups)."""
     run = state.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
     if run is None:
-        ownership.check_here(state, env.get("runId"))
+        state.hooks.check_run_here(state, env.get("runId"))
         raise BusError("unknown_run", run_id=env.get("runId"))
     if run.host_id is not None and run.host_id != session.id:
         raise BusError("not_run_host", run_id=run.run_id)
@@ -135,7 +134,7 @@ def expire_leases(state: State) -> None:
             state.leased.discard(run_id)
             state.stats["runs.dormant"] += 1
             save(state, run)
-            ownership.registered(state, run_id)    # the others learn its subagents
+            emit(state, RunChanged(run_id))    # the others learn its subagents
 
 
 def add_stages(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
@@ -230,7 +229,7 @@ def hosted(state: State, session: Session, env: dict) -> Run:
     """The run ``env`` names, if ``session`` hosts it. Raises BusError."""
     run = state.runs.get(env.get("runId") if isinstance(env.get("runId"), str) else "")
     if run is None:
-        ownership.check_here(state, env.get("runId"))
+        state.hooks.check_run_here(state, env.get("runId"))
         raise BusError("unknown_run", run_id=env.get("runId"))
     if run.host_id != session.id:
         raise BusError("not_run_host", run_id=run.run_id)

@@ -29,6 +29,8 @@ from schemas.errors import BusError
 from schemas.names import (AGENT, NON_AGENT_KINDS, PENDING, RUNNING, STAGE_STATES,
                            TERMINAL_STATES, run_group)
 
+from broker.core.kernel.records import RunSaved
+
 NODE_KINDS = frozenset({AGENT}) | NON_AGENT_KINDS
 STATES = STAGE_STATES
 MAX_NODES_PER_RUN = 2000
@@ -181,6 +183,11 @@ class Run:
                 "subagents": [s.record() for s in self.subagents.values()],
                 "held": {k: list(v) for k, v in self.held.items() if v},
                 "stages": [n.record() for n in self.roots]}
+
+    def saved(self, owner: str) -> RunSaved:
+        """The record of this run as broker ``owner``, the one holding it, writes it:
+        every run a broker persists names that broker its owner."""
+        return RunSaved(self.run_id, self.record(), owner)
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Run:

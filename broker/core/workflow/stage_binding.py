@@ -19,14 +19,13 @@ from schemas.errors import BusError
 from schemas.names import ACKED, AUTO_GROUPS, DEFAULT_GROUP, PENDING, RUNNING
 
 from broker.core.workflow import held_sends as held
-from broker.core.cluster import ownership
 from broker.core.sessions.grants import check_stage
 from broker.core.workflow.path_delivery import deliverable, hand_over, node_at
 from broker.core.workflow.paths import WorkflowPath, parse_path
 from broker.core.kernel.records import StickyDelivery
 from broker.core.workflow.run_tree import Node, Run, build_nodes
 from broker.core.sessions.registry import Session, StageBinding
-from broker.core.kernel.lifecycle import SessionChanged, SessionLeft, emit
+from broker.core.kernel.lifecycle import RunChanged, SessionChanged, SessionLeft, emit
 from broker.core.kernel.state import State
 
 MAX_RECEIPTS = 512       # ids read from one ``received`` envelope
@@ -44,7 +43,7 @@ def stage_home(state: State, stage: str, group: str | None, grant: object,
         raise BusError("invalid_path", to=stage, detail="a stage binds to an exact path")
     run = state.runs.get(path.run_id)
     if run is None:
-        ownership.check_here(state, path.run_id)
+        state.hooks.check_run_here(state, path.run_id)
         raise BusError("unknown_run", run_id=path.run_id)
     # The exact name path first: an id elsewhere in the tree may spell the same segments.
     node = run.by_key.get("/".join(path.segments)) or node_at(run, path)
@@ -134,7 +133,7 @@ def set_host(state: State, run: Run, session: Session) -> None:
     run.host_id = session.id
     run.last_host_id = session.id
     if run.dormant:
-        ownership.registered(state, run.run_id)    # its subagents are reachable again
+        emit(state, RunChanged(run.run_id))    # its subagents are reachable again
     run.lease_until, run.dormant = None, False
     state.leased.discard(run.run_id)
     state.hosted.setdefault(session.id, set()).add(run.run_id)
@@ -157,7 +156,7 @@ def received(state: State, session: Session, ids: list) -> None:
 
 
 def save(state: State, run: Run) -> None:
-    state.persist(ownership.saved(state, run))
+    state.persist(run.saved(state.broker_id))
 
 
 def session_left(state: State, event: SessionLeft) -> None:
