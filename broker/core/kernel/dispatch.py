@@ -145,7 +145,8 @@ LIFECYCLE: dict[type, tuple] = {
 
 # What the rooms ask the cluster (broker.core.kernel.hooks).
 HOOKS = Hooks(claim=claims.claim, check_run_here=ownership.check_here,
-              wait_for_owners=remote_listing.wait_for_owners)
+              wait_for_owners=remote_listing.wait_for_owners, run_broker=ownership.run_broker,
+              orphaned=ownership.orphaned, holder_of=ownership.holder_of)
 
 # Kinds declared as requests (schemas.kinds): refused without a usable id.
 _REQUESTS = frozenset(k.name for k in kinds.CLIENT_KINDS if k.request)

@@ -83,7 +83,6 @@ class Engine:
         self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
                            warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
         self.state.listeners = LIFECYCLE
-        self.state.other_brokers = ownership     # answers the target resolver's questions
         self.state.hooks = HOOKS
         self.state.cluster.endpoint = endpoint
         self.state.cluster.lease_s = lease_s

@@ -4,7 +4,9 @@ A lifecycle event (:mod:`broker.core.kernel.lifecycle`) tells the rooms that car
 what happened; a hook is for the few places where a room needs the cluster's answer
 before it goes on: a hello's id must be claimed store-wide before the session opens;
 a stage, a stage's subagent or a host operation is refused when another live broker
-owns the run; a ``list`` may wait for the rows of runs other brokers own. The rooms
+owns the run; a ``list`` may wait for the rows of runs other brokers own; the
+target resolver (:mod:`broker.core.messaging.resolver`), when placement asks it,
+weighs targets on other brokers. The rooms
 call ``state.hooks.<name>``; :data:`broker.core.kernel.dispatch.HOOKS` names the
 functions, installed where the engine is assembled, so no room outside
 :mod:`broker.core.cluster` imports it.
@@ -32,3 +34,12 @@ class Hooks:
     # cluster, with the rows of runs other brokers own
     # (broker.core.cluster.remote_listing.wait_for_owners).
     wait_for_owners: Callable[..., bool]
+    # (state, run_id) -> the id of the live broker that owns the run, or holds the
+    # last host of it ended (broker.core.cluster.ownership.run_broker).
+    run_broker: Callable[..., str | None]
+    # (state, run_id) -> True while the run is a dead broker's that nobody adopted
+    # yet (broker.core.cluster.ownership.orphaned).
+    orphaned: Callable[..., bool]
+    # (state, sender, to) -> the broker holding sends for the subagent of its dormant
+    # run that ``to`` names, or None (broker.core.cluster.ownership.holder_of).
+    holder_of: Callable[..., str | None]

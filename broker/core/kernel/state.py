@@ -112,11 +112,8 @@ class State:
     conversations: Conversations = field(default_factory=Conversations)
     invocations: InvocationTable = field(default_factory=InvocationTable)
     cluster: Cluster = field(default_factory=Cluster)   # the other brokers on the database
-    # What the target resolver asks about other brokers' targets (a
-    # messaging.resolver.OtherBrokers, registered where the engine is assembled), and
-    # the target placement resolved for the request being handled: (caller, to, verb,
+    # The target placement resolved for the request being handled: (caller, to, verb,
     # target or refusal), cleared by dispatch.handle when that request is done.
-    other_brokers: Any = None
     resolved: tuple | None = None
     departures: Departures = field(default_factory=Departures)   # peers still to be told
     stats: Counter[str] = field(default_factory=Counter)

@@ -19,13 +19,13 @@ another broker: such a request was forwarded or parked before it ran.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 from schemas.errors import BusError
 
 from broker.core.sessions import backlog
 from broker.core.sessions.authority import non_agent, refuse_non_agent, run_for
 from broker.core.sessions.registry import Session
+from broker.core.kernel.hooks import Hooks
 from broker.core.kernel.state import State
 from broker.core.messaging.targeting import resolve_session
 from broker.core.workflow import closed_stages as closed, held_sends as held
@@ -96,17 +96,6 @@ Target = (Session | Mirror | RunPath | ClosedStageHost | HeldSubagent | RemoteRu
           | OrphanRun)
 
 
-class OtherBrokers(Protocol):
-    """What the cluster layer knows of targets on other brokers. The engine's assembly
-    registers one in ``State.other_brokers`` (:mod:`broker.core.cluster.ownership`)."""
-
-    def run_broker(self, state: State, run_id: str) -> str | None: ...
-
-    def orphaned(self, state: State, run_id: object) -> bool: ...
-
-    def holder_of(self, state: State, sender: Session, to: str) -> str | None: ...
-
-
 def resolve(state: State, caller: Session, to: str, verb: str, *,
             placing: bool = False) -> Target:
     """What ``to`` names for ``caller``'s ``verb`` ("send" or "ask").
@@ -150,7 +139,7 @@ def resolve(state: State, caller: Session, to: str, verb: str, *,
     """
     if placing:
         try:
-            found = _resolve(state, caller, to, verb == "ask", state.other_brokers)
+            found = _resolve(state, caller, to, verb == "ask", state.hooks)
         except BusError as error:
             state.resolved = (caller, to, verb, error)
             raise
@@ -170,14 +159,14 @@ def resolve(state: State, caller: Session, to: str, verb: str, *,
 # -- internals -----------------------------------------------------------------------
 
 def _resolve(state: State, caller: Session, to: str, ask: bool,
-             elsewhere: OtherBrokers | None) -> Target:
+             elsewhere: Hooks | None) -> Target:
     if looks_like_path(to):
         return _path(state, caller, to, ask, elsewhere)
     return _named(state, caller, to, ask, elsewhere)
 
 
 def _named(state: State, caller: Session, to: str, ask: bool,
-           elsewhere: OtherBrokers | None) -> Target:
+           elsewhere: Hooks | None) -> Target:
     try:
         session = resolve_session(state, caller, to)
     except BusError as error:
@@ -205,7 +194,7 @@ def _named(state: State, caller: Session, to: str, ask: bool,
 
 
 def _path(state: State, caller: Session, to: str, ask: bool,
-          elsewhere: OtherBrokers | None) -> Target:
+          elsewhere: Hooks | None) -> Target:
     path = parse_path(to)
     if elsewhere is not None and path.run_id not in state.runs:
         broker_id = elsewhere.run_broker(state, path.run_id)
