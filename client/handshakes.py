@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Callable
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
 EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH |
           zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
@@ -52,6 +51,10 @@ class HandshakeWatch:
         monitor = self.monitor
         if monitor is None or not monitor.poll(max(0, int(wait_s * 1000))):
             return None
+        # Imported here, not at the top: zmq.utils.monitor imports asyncio (a tenth of a
+        # second of every client process's start), and only a CURVE handshake reads it.
+        from zmq.utils.monitor import recv_monitor_message
+
         while monitor.poll(0):
             event = recv_monitor_message(monitor)["event"]
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:

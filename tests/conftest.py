@@ -33,6 +33,14 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
                           str(Path(tempfile.gettempdir()) / f"intercom-pycache-{os.getuid()}"))
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto`` (the suite's default): two workers per core. Most of an integration
+    test's time is spent waiting on a broker process, a client's timeout or a child's
+    start, so a second worker per core fills those waits; the CPU-bound tests are
+    scheduled first (below), while every worker has work."""
+    return 2 * (os.cpu_count() or 1)
+
+
 def pytest_collection_modifyitems(items):
     """Long tests first: xdist hands tests out in this order, and a long one handed
     out last keeps one worker busy after the others ran out of work. Property tests

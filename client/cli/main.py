@@ -17,7 +17,6 @@ import argparse
 import os
 import signal
 import sys
-from importlib import metadata
 
 from schemas.limits import PROTOCOL_VERSION
 
@@ -28,6 +27,8 @@ PACKAGE = "intercom-bus"
 
 
 def version() -> str:
+    from importlib import metadata      # here: its import costs every other command ~60 ms
+
     try:
         number = metadata.version(PACKAGE)
     except metadata.PackageNotFoundError:

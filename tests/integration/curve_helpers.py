@@ -4,6 +4,7 @@ keys``: ``alice`` allowed, ``bob`` with a pair the broker does not allow."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 from client import Client, ConnectError
 from client.keys import from_directory
 
-from .conftest import ROOT, stop_process
+from .conftest import ROOT, make_tmp, stop_process
 
 
 def free_port() -> int:
@@ -24,16 +25,19 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def broker_process(data_dir: Path, *args: str) -> subprocess.Popen:
+def broker_process(data_dir: Path, *args: str, log=subprocess.PIPE) -> subprocess.Popen:
+    """``log``: where its output goes (a pipe the test reads, or a file nobody has to drain)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(data_dir))
     return subprocess.Popen([sys.executable, "-m", "broker", "--data-dir", str(data_dir), *args],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            cwd=ROOT, env=env, stdout=log, stderr=log, text=True)
 
 
-@pytest.fixture
-def curve_broker(short_tmp):
-    """(ROUTER endpoint, PUB endpoint, keys directory) of a running CURVE broker."""
+@pytest.fixture(scope="module")
+def curve_broker():
+    """(ROUTER endpoint, PUB endpoint, keys directory) of a CURVE broker, one per test
+    module: its tests read the keys and close the sessions they open (tests/conftest.py
+    closes what a test leaves), so they need not start a broker each."""
+    short_tmp = make_tmp()
     keys = short_tmp / "keys"
     subprocess.run([sys.executable, "-m", "broker", "keys", "--dir", str(keys), "--client", "alice",
                     "--client", "bob"], cwd=ROOT, check=True, capture_output=True,
@@ -41,7 +45,9 @@ def curve_broker(short_tmp):
     # bob's key exists but is not allowed.
     (keys / "clients" / "bob.key").rename(short_tmp / "bob.key")
     router, pub = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    proc = broker_process(short_tmp, "--endpoint", router, "--pub-endpoint", pub, "--curve", str(keys))
+    with open(short_tmp / "broker.log", "w") as log:
+        proc = broker_process(short_tmp, "--endpoint", router, "--pub-endpoint", pub, "--curve",
+                              str(keys), log=log)
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -51,6 +57,7 @@ def curve_broker(short_tmp):
             assert time.monotonic() < deadline and proc.poll() is None, "the CURVE broker did not start"
     yield router, pub, keys
     stop_process(proc, 15)
+    shutil.rmtree(short_tmp, ignore_errors=True)
 
 
 def connect_as(router: str, keys: Path, client: str, name: str, **kwargs) -> Client:

@@ -18,9 +18,14 @@ from client.__main__ import tail
 from client.history import read_identity
 from client.keys import from_directory
 from tests.conftest import ROOT, start_broker
-from tests.integration.conftest import child_env, stop_process
+from tests.integration.conftest import child_env, module_connect_broker, stop_process
 from tests.integration.curve_helpers import broker_process as _broker, curve_broker, free_port as _free_port  # noqa: F401 (a fixture)
 from tests.integration.workflow_helpers import GRANTS, host_run, new_run_id, ok, path, queue, start_stage
+
+
+# One broker for the module's connect/broker tests: each closes the sessions it opens,
+# in groups and runs of its own.
+broker = module_connect_broker()
 
 
 def _connect(endpoint: str, name: str, **kwargs) -> Client:
