@@ -6,6 +6,7 @@ Every import counts: at module level, inside functions, and under TYPE_CHECKING.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +47,7 @@ def _imports(mod: str, path: Path) -> set[str]:
     return names
 
 
+@functools.cache        # parsed once for the module's tests (every file of the project)
 def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     mods = _modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
