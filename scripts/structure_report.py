@@ -5,7 +5,10 @@
 Prints, for broker/core: modules per folder, lines per module (median, max, over 300),
 floors (the longest chain of imports inside the core, so a module that imports nothing
 of the core is floor 1), and how many core modules outside broker/core/cluster mention
-another broker (the words ``cluster``, ``forward``, ``ownership``, ``Parked``, ``mirror``).
+another broker: by word (``cluster``, ``forwarding``, ``ownership``, ``Parked``,
+``mirror``, ``link``, comments and docstrings included: crude), by code (an import of
+``broker.core.cluster``, or a read of ``state.cluster``), and the modules that import
+the cluster outside it.
 """
 
 from __future__ import annotations
@@ -49,6 +52,11 @@ def core_imports(mod: str, is_pkg: bool, tree: ast.AST, known: set[str]) -> set[
     return found
 
 
+def reads_cluster(tree: ast.AST) -> bool:
+    """Whether the code reads an attribute ``cluster`` (``state.cluster``)."""
+    return any(isinstance(node, ast.Attribute) and node.attr == "cluster" for node in ast.walk(tree))
+
+
 def main() -> int:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     files = sorted((root / "broker" / "core").rglob("*.py"))
@@ -69,13 +77,20 @@ def main() -> int:
             folders[str(p.parent.relative_to(root))] = folders.get(str(p.parent.relative_to(root)), 0) + 1
     mention = [m for m, p in mods.items()
                if ".cluster" not in m and CLUSTER_WORDS.search(p.read_text())]
+    importing = sorted(m for m in graph if ".cluster" not in m
+                       and any(d.startswith("broker.core.cluster") for d in graph[m]))
+    reading = sorted(m for m, p in mods.items() if ".cluster" not in m and m not in importing
+                     and reads_cluster(ast.parse(p.read_text())))
     print(f"core modules: {len(real)}  lines: {sum(lines.values())}")
     print(f"lines per module: median {statistics.median(real.values()):.0f}, "
           f"max {max(real.values())} ({max(real, key=real.get)}), "
           f"over 300: {sum(1 for n in real.values() if n > 300)}")
     print("folders: " + ", ".join(f"{k} {v}" for k, v in sorted(folders.items())))
     print(f"floors: {max(floor(m) for m in graph)}")
-    print(f"core modules outside cluster/ that mention other brokers: {len(mention)}")
+    print(f"core modules outside cluster/ that mention other brokers: {len(mention)} by word, "
+          f"{len(importing) + len(reading)} in code")
+    print(f"  import the cluster: {len(importing)} ({', '.join(importing)})")
+    print(f"  read state.cluster: {len(reading)} ({', '.join(reading)})")
     return 0
 
 
