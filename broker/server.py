@@ -62,7 +62,6 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
-_RCVMORE = int(zmq.RCVMORE)
 # The Cython send under pyzmq's Python wrapper: the wrapper's keyword handling costs
 # as much as the send itself, for arguments the shell never passes.
 _send = _RawSocket.send
@@ -314,7 +313,9 @@ class Broker:
         recv, getsockopt = router.recv, router.getsockopt
         # getsockopt with int constants: the attribute form (router.rcvmore) and a
         # raised zmq.Again per drain cost more than the routing itself. A ROUTER hands
-        # over a whole message at once: identity, then at least one frame.
+        # over a whole message at once: identity, then at least one frame. The frame
+        # is read as a zmq.Frame: its ``more`` is cheaper than a getsockopt(RCVMORE)
+        # (pyzmq builds an enum member per getsockopt).
         for n in range(limit):
             if n and not getsockopt(_EVENTS) & _POLLIN:
                 return False
@@ -322,19 +323,15 @@ class Broker:
                 identity = recv(_NOBLOCK)
             except zmq.Again:
                 return False
+            data = recv(copy=False)
             peer, by_address = "", False
-            if identity in known or identity in by_link:
-                frame = recv()
-            else:
-                # Who is behind a new connection, for the per-connection session bound:
-                # only read for identities without a session (zero-copy costs more).
-                data = recv(copy=False)
+            if identity not in known and identity not in by_link:
+                # Who is behind a new connection, for the per-connection session bound.
                 peer, by_address = peer_of(data, self._tcp)
-                frame = data.bytes
-            extra = False
-            while getsockopt(_RCVMORE):
-                recv()
-                extra = True
+            frame = data.bytes
+            extra = data.more
+            while data.more:
+                data = recv(copy=False)
             self.frames_in += 1
             try:
                 if extra:
