@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import gc
 import os
+import select
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
-from zmq.backend import zmq_poll
+from zmq.backend import Socket as _RawSocket, zmq_poll
 
 from schemas.agent_config import load_agents
 from schemas.envelopes import error_result
@@ -61,7 +62,9 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
-_RCVMORE = int(zmq.RCVMORE)
+# The Cython send under pyzmq's Python wrapper: the wrapper's keyword handling costs
+# as much as the send itself, for arguments the shell never passes.
+_send = _RawSocket.send
 
 
 def peer_of(frame: zmq.Frame, tcp: bool) -> tuple[str, bool]:
@@ -194,11 +197,17 @@ class Broker:
 
     def serve_forever(self) -> None:
         router, worker_sock = self.router, self.worker.socket
-        # zmq_poll itself: the Poller wrapper and a dict per round cost more than the
-        # routing of a small request. The worker's socket is polled only while it owes
-        # reports: every socket in a poll costs libzmq a few syscalls per round.
-        router_only = [(router, _POLLIN)]
+        # While the worker owes reports, zmq_poll over both sockets (the Poller wrapper
+        # and a dict per round cost more than the routing of a small request).
+        # Otherwise the router alone, without zmq_poll: its ZMQ_EVENTS says whether
+        # input waits, and only when none does does the loop sleep in poll(2) on its
+        # ZMQ_FD, which signals a change of ZMQ_EVENTS. That skips zmq_poll's own first
+        # pass (a poll(2) and an events check) in every round.
         with_worker = [(router, _POLLIN), (worker_sock, _POLLIN)]
+        router_events = router.getsockopt
+        router_fd = select.poll()
+        router_fd.register(router.getsockopt(zmq.FD), select.POLLIN)
+        sleep = router_fd.poll
         engine = self.engine
         for warning in self.warnings:
             self.log.warning("broker_insecure", warning=warning)
@@ -220,23 +229,36 @@ class Broker:
             # Deadlines and liveness run on the monotonic clock: a wall-clock step
             # moves neither. The wall clock is read once a round for what people read.
             wait_ms = (deadline - monotonic()) * 1000
-            try:
-                ready = zmq_poll(with_worker if worker.owes else router_only,
-                                 0 if wait_ms <= 0 else min(wait_ms, MAX_POLL_MS))
-            except zmq.ZMQError as exc:
-                if exc.errno == zmq.EINTR:
-                    continue
-                raise
+            wait_ms = 0 if wait_ms <= 0 else min(wait_ms, MAX_POLL_MS)
+            worker_ready = slept = False
+            if worker.owes:
+                ready = zmq_poll(with_worker, wait_ms)
+                router_ready = any(sock is router for sock, _ in ready)
+                worker_ready = len(ready) > router_ready
+            else:
+                # Checked after every round's sends too: a send may have taken the
+                # signal of input that came meanwhile (edge-triggered ZMQ_FD).
+                router_ready = router_events(_EVENTS) & _POLLIN
+                if not router_ready and wait_ms:
+                    sleep(wait_ms)
+                    slept = True
+                    router_ready = router_events(_EVENTS) & _POLLIN
             now = monotonic()
             wall = wall_clock()
             commands: list = []
             backlog = False
-            for sock, _ in ready:
-                if sock is router:
-                    backlog = self._drain_router(now, wall, commands)
-                else:
-                    self._drain_worker(now, wall, commands)
-            if now >= engine.next_deadline() and (not backlog or now - last_tick >= MAX_POLL_S * 2):
+            if router_ready:
+                # Input that woke an idle loop is mostly one request (a round trip):
+                # it is handled at once, without a look for more, which the check at
+                # the top of the next round makes anyway. Input found waiting is drained.
+                backlog = self._drain_router(now, wall, commands, 1 if slept else DRAIN_LIMIT)
+            if worker_ready:
+                self._drain_worker(now, wall, commands)
+            # The deadline of the round before: anything this round's input made due
+            # is at least now, so it runs next round at the latest (no wait then).
+            if now >= deadline and backlog and slept:
+                backlog = bool(router_events(_EVENTS) & _POLLIN)   # heartbeats count first
+            if now >= deadline and (not backlog or now - last_tick >= MAX_POLL_S * 2):
                 # Normally only with the input drained: heartbeats still queued in the
                 # socket must count before anyone is declared silent. Under a flood
                 # that never drains, timers still run once a second.
@@ -278,8 +300,9 @@ class Broker:
         self._execute(engine.handle(inputs.Stopping(time.monotonic(), time.time())))
         self.log.info("broker_stopping", sessions=len(engine.registry), **self.statistics())
 
-    def _drain_router(self, now: float, wall: float, commands: list) -> bool:
-        """Read up to DRAIN_LIMIT frames; True when more input is still waiting.
+    def _drain_router(self, now: float, wall: float, commands: list,
+                      limit: int = DRAIN_LIMIT) -> bool:
+        """Read up to ``limit`` frames; True when more input may still be waiting.
 
         Called when poll found input, so the first read needs no look first.
         """
@@ -290,27 +313,25 @@ class Broker:
         recv, getsockopt = router.recv, router.getsockopt
         # getsockopt with int constants: the attribute form (router.rcvmore) and a
         # raised zmq.Again per drain cost more than the routing itself. A ROUTER hands
-        # over a whole message at once: identity, then at least one frame.
-        for n in range(DRAIN_LIMIT):
+        # over a whole message at once: identity, then at least one frame. The frame
+        # is read as a zmq.Frame: its ``more`` is cheaper than a getsockopt(RCVMORE)
+        # (pyzmq builds an enum member per getsockopt).
+        for n in range(limit):
             if n and not getsockopt(_EVENTS) & _POLLIN:
                 return False
             try:
                 identity = recv(_NOBLOCK)
             except zmq.Again:
                 return False
+            data = recv(copy=False)
             peer, by_address = "", False
-            if identity in known or identity in by_link:
-                frame = recv()
-            else:
-                # Who is behind a new connection, for the per-connection session bound:
-                # only read for identities without a session (zero-copy costs more).
-                data = recv(copy=False)
+            if identity not in known and identity not in by_link:
+                # Who is behind a new connection, for the per-connection session bound.
                 peer, by_address = peer_of(data, self._tcp)
-                frame = data.bytes
-            extra = False
-            while getsockopt(_RCVMORE):
-                recv()
-                extra = True
+            frame = data.bytes
+            extra = data.more
+            while data.more:
+                data = recv(copy=False)
             self.frames_in += 1
             try:
                 if extra:
@@ -418,27 +439,42 @@ class Broker:
                 self._link(command, encode)
         router = self.router
         written = self._written
+        sent = 0
         for identity, envs in outbox.items():
-            frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES, encode)
-            for env in oversize:
-                # Nothing a client could read; a request it answers fails instead of hanging.
-                self.engine.stats["dropped.oversize"] += 1
-                if env.get("k") == "result" and env.get("re") is not None:
-                    error = BusError("frame_too_large", size=len(encode(env)),
-                                     limit=MAX_INBOUND_FRAME_BYTES)
-                    frames.append(encode(error_result(env["re"], error)))
+            if len(envs) == 1:
+                frame = encode(envs[0])
+                frames = [frame] if len(frame) <= MAX_INBOUND_FRAME_BYTES else \
+                    self._oversize(envs, encode)
+            else:
+                frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES,
+                                               encode)
+                if oversize:
+                    frames += self._oversize(oversize, encode)
             size = 0
             for frame in frames:
                 try:
-                    router.send(identity, _SNDMORE_NOBLOCK)
-                    router.send(frame, _NOBLOCK)
-                    self.frames_out += 1
+                    _send(router, identity, _SNDMORE_NOBLOCK)
+                    _send(router, frame, _NOBLOCK)
+                    sent += 1
                     size += len(frame)
                 except zmq.Again:
                     self.engine.stats["dropped.peer_full"] += 1
             written[identity] = written.get(identity, 0) + size
+        self.frames_out += sent
         if writes:
             self.worker.submit(writes)
+
+    def _oversize(self, envs: list[dict], encode) -> list[bytes]:
+        """Envelopes too large for any client to read: dropped and counted; a request
+        one answers gets ``frame_too_large`` instead, so it fails instead of hanging."""
+        frames = []
+        for env in envs:
+            self.engine.stats["dropped.oversize"] += 1
+            if env.get("k") == "result" and env.get("re") is not None:
+                error = BusError("frame_too_large", size=len(encode(env)),
+                                 limit=MAX_INBOUND_FRAME_BYTES)
+                frames.append(encode(error_result(env["re"], error)))
+        return frames
 
     def _link(self, command, encode) -> None:
         """Execute a link command (see broker.core.cluster.links): the shell only moves frames."""

@@ -1,8 +1,9 @@
 """Where the time goes: cProfile of role processes (every thread) and its printout.
 
 With ``--profile-roles DIR`` the parent sets ``BENCH_PROFILE_DIR``; each role process
-then profiles itself (:class:`ThreadProfiles`) and dumps ``DIR/<role>-<pid>.prof``,
-which :func:`print_role_profiles` sums per role kind.
+then profiles itself (:class:`ThreadProfiles`; on each thread's CPU clock when
+``BENCH_PROFILE_CPU=1`` is set too) and dumps ``DIR/<role>-<pid>.prof``, which
+:func:`print_role_profiles` sums per role kind.
 """
 
 from __future__ import annotations
@@ -21,9 +22,15 @@ class ThreadProfiles:
 
     def __init__(self) -> None:
         import cProfile
+        import functools
+        import os
+        import time
 
-        self._cls = cProfile.Profile
-        self.profiles = [cProfile.Profile()]
+        # BENCH_PROFILE_CPU=1: each thread's CPU clock instead of the wall clock, so a
+        # blocking wait costs nothing and the times add up to CPU per operation.
+        cpu = os.environ.get("BENCH_PROFILE_CPU") == "1"
+        self._cls = functools.partial(cProfile.Profile, time.thread_time) if cpu else cProfile.Profile
+        self.profiles = [self._cls()]
         threading.setprofile(self._start_in_thread)
         self.profiles[0].enable()
 

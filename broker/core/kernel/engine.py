@@ -340,7 +340,10 @@ class Engine:
         cluster = state.cluster
         if cluster.changed or cluster.runs_changed:
             links.flush(state)
-        out, state.out = state.out, []
+        out = state.out
+        if not out:
+            return []              # most rounds' byte counts (wrote) and ticks
+        state.out = []
         if cluster.peers:
             return links.route(state, render(out))
         return render(out)

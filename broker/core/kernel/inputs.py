@@ -10,14 +10,19 @@ everything the engine decides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
+
 from schemas.errors import BusError
 
 from broker.core.kernel.figures import ShellFigures
 from broker.core.kernel.records import InvocationSaved, LeaseRenewed, Snapshot, StickyRow
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+# The inputs of every round (Frame, Tick, Wrote) are named tuples: as immutable as a
+# frozen dataclass, and built in a third of its time (which sets each field through
+# object.__setattr__), once per frame.
+
+class Frame(NamedTuple):
     """The decoded envelopes of one frame from connection ``identity``; ``peer`` names
     who is behind it, ``peer_is_address``: only an address every local client shares."""
 
@@ -37,16 +42,14 @@ class BadFrame:
     error: BusError
 
 
-@dataclass(frozen=True, slots=True)
-class Tick:
+class Tick(NamedTuple):
     """The clock reached ``now`` (see ``Engine.next_deadline``)."""
 
     now: float
     wall: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Wrote:
+class Wrote(NamedTuple):
     """The shell wrote ``counts`` bytes to these connections."""
 
     counts: dict
