@@ -86,7 +86,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         return
 
     live = state.registry.by_id.get(env.get("sessionId") or "")
-    if live is not None and _token_ok(live, env.get("token")) and _same_client(state, live, env, now):
+    if live is not None and _returning(state, live, env, now):
         _reattach(state, live, identity, env, re, now)
         return
     if identity in state.cluster.claiming:
@@ -157,6 +157,8 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
         connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=peer,
         cwd=env.get("cwd"))
+    if refusal is None and env.get("sessionId") and isinstance(env.get("token"), str):
+        session.reclaimed_with = token_hash(env["token"])    # see _returning
     state.registry.add(session)
     held.adopt(state, session, parent)
     conversation = conversations.opened(state, session, conversation_claim)
@@ -257,6 +259,20 @@ def _reattach(state: State, session: Session, identity: bytes, env: dict, re: st
     state.stats["sessions.reattached"] += 1
     state.note("session_reattached", session=session.id, name=session.name)
     state.answer(session, re, welcome(state, session))
+
+
+def _returning(state: State, live: Session, env: dict, now: float) -> bool:
+    """Whether the hello is ``live``'s client on a new connection: with the token of
+    its welcome (see :func:`_same_client`), or, from the same process, with the secret
+    the id came back with: a welcome can go unread (the hello was left in a connection
+    the client had given up on, and a restarted broker read it), and the client then
+    still holds the secret before."""
+    token = env.get("token")
+    if _token_ok(live, token):
+        return _same_client(state, live, env, now)
+    return live.reclaimed_with is not None and isinstance(token, str) and \
+        env.get("instance") is not None and env.get("instance") == live.instance and \
+        hmac.compare_digest(token_hash(token), live.reclaimed_with)
 
 
 def _same_client(state: State, live: Session, env: dict, now: float) -> bool:
