@@ -2,8 +2,10 @@
 
 A ``hello`` on a connection without a session opens one; a ``hello`` naming a live
 session with its token and its client's ``instance`` nonce (or naming a holder gone
-silent) moves that session to the new connection (a client reconnecting) and keeps
-everything; with another instance it is a second process and gets a fresh id. An id is granted to a new session only when no
+silent; or, same instance, with the secret the id was taken back with, when the
+welcome went unread) moves that session to the new connection (a client
+reconnecting) and keeps everything; with another instance it is a second process and
+gets a fresh id. An id is granted to a new session only when no
 live session holds it, and only to the holder of its last holder's reclaim secret: as
 this broker remembers it, or (an id it does not remember) as the store's identity row
 has it (:mod:`broker.core.cluster.claims`); anyone else gets a fresh id and the reason. A
