@@ -18,7 +18,7 @@ import pytest
 
 from schemas.limits import CALL_TIMEOUT_S
 from schemas.protocol import envelope
-from tests.integration.multi_broker import Cluster, database_for, on_both_stores, wait_until
+from tests.integration.multi_broker import Cluster, database_for, on_both_stores, sees, wait_until
 from tests.integration.workflow_helpers import host_run, ok, path, start_stage, take
 
 pytestmark = pytest.mark.timeout(120)
@@ -42,6 +42,27 @@ def connect_both(cluster: Cluster, name: str, **kwargs):
                              timeout=15, **kwargs)
     cluster.opened.append(session)
     return session
+
+
+def wait_mirrored(cluster: Cluster, name: str, group: str) -> str:
+    """Broker 1's id, once it mirrors broker 0's session ``name`` (in ``group``): broker
+    0 linked back and told it everything before, its runs too. The failovers below are
+    from a cluster that formed: a broker 0 killed before it heard of broker 1 never
+    told it of its runs, so broker 1 does not adopt them (it takes a host's
+    register_run for a run of its own)."""
+    watcher = cluster.connect(1, "watcher", group=group)
+    wait_until(lambda: sees(watcher, name), 15, f"broker 1 mirrors {name}")
+    watcher.close()
+    return watcher.welcome["brokerId"]
+
+
+def on_broker(session, broker_id: str) -> str:
+    """``session``'s id once it is connected to ``broker_id`` (a request made while it
+    fails over is answered after its welcome there)."""
+    def there():
+        status = session.intercom(action="status")
+        return status["broker"]["id"] == broker_id and status["sessionId"]
+    return wait_until(there, 30, f"{session.name} is on broker {broker_id}")
 
 
 def queued_count(host, run: str, stage: str) -> int:
@@ -108,13 +129,18 @@ def test_sticky_sends_owed_answers_at_a_kill_9_of_the_senders_broker_are_queued_
 def test_a_live_send_resent_after_a_failover_is_not_handed_to_the_receiver_twice(two):
     sender = connect_both(two, "sender")
     receiver = connect_both(two, "receiver")
+    next_broker = wait_mirrored(two, "receiver", "default")
     msg_id = str(uuid.uuid4())
     assert send_with_id(sender, "receiver", "once", msg_id)["delivered"] is True
     assert receiver.receive(10)["id"] == msg_id
 
+    receiver_id = receiver.id
     two.brokers[0].kill()
-    # Both fail over; the sender resends under the same id, as it does for a send whose
-    # answer the dead broker never sent. The next broker has never seen the id.
+    # Both fail over, each in its own time: the resend waits for the receiver to be
+    # there (before, broker 1 knows no "receiver": broker 0's mirrors left with it).
+    assert on_broker(receiver, next_broker) == receiver_id
+    # The sender resends under the same id, as it does for a send whose answer the
+    # dead broker never sent. The next broker has never seen the id.
     again = send_with_id(sender, "receiver", "once", msg_id)
     assert again.get("delivered") is True, again
     ok(sender.intercom(action="send", to="receiver", message="marker"))
@@ -132,11 +158,15 @@ def test_a_send_the_dead_owner_committed_is_not_queued_again_by_the_next_broker(
     stages = [{"name": "plan"}]
     ok(host.register_run(run, stages))
     sender = connect_both(two, "sender", group=f"workflow:{run}")
+    next_broker = wait_mirrored(two, "sender", f"workflow:{run}")   # and knows the run
     msg_id = str(uuid.uuid4())
     first = send_with_id(sender, path(run, "plan"), "exactly once", msg_id)
     assert (first.get("queued"), first.get("position")) == (True, 1), first
 
+    ids = (host.id, sender.id)
     two.brokers[0].kill()
+    # Both get their ids back there: the run is the host's, the entry the sender's.
+    assert (on_broker(host, next_broker), on_broker(sender, next_broker)) == ids
     ok(host.register_run(run, stages))          # the host resumes its run on broker 1
     again = send_with_id(sender, path(run, "plan"), "exactly once", msg_id)
     assert again == first

@@ -255,6 +255,35 @@ def test_a_client_moving_from_a_broker_whose_link_fell_silent_keeps_its_id():
     assert pair.b.engine.registry.by_id[first["sessionId"]].broker is None
 
 
+def test_a_client_moving_from_a_broker_that_died_before_it_linked_back_keeps_its_id():
+    """A was killed before it heard of B: B met A (its lease row) and said hello, but
+    never hears a word from it. Its silence since then counts as a silent link's."""
+    pair = Pair()                                # not linked: A knows nothing of B
+    first = pair.hello(pair.a, "alice")
+    row = {"broker_id": "ba", "endpoint": "ipc:///tmp/ba.sock", "until": pair.b.now + 100}
+    pair.b._track(pair.b.engine.brokers_read([row], pair.b.now))   # lost with A: not pumped
+    pair.b.now += 2.5                            # alice's client fails over
+    hello = envelope("hello", id="h-again", name="alice", sessionId=first["sessionId"],
+                     token=first["token"])
+    out = pair.b._track(pair.b.engine.receive(b"alice", hello, pair.b.now)) + pair.b.commit()
+    welcome = result_for(out, b"alice", "h-again")
+    assert (welcome["reclaimed"], welcome["sessionId"]) == (True, first["sessionId"]), welcome
+    assert pair.store.claims()[first["sessionId"]] == "bb"
+
+
+def test_a_broker_just_met_that_has_not_linked_back_yet_keeps_its_claims():
+    pair = Pair()
+    first = pair.hello(pair.a, "alice")
+    row = {"broker_id": "ba", "endpoint": "ipc:///tmp/ba.sock", "until": pair.b.now + 100}
+    pair.b._track(pair.b.engine.brokers_read([row], pair.b.now))
+    hello = envelope("hello", id="h-copy", name="alice", sessionId=first["sessionId"],
+                     token=first["token"])
+    out = pair.b._track(pair.b.engine.receive(b"copy", hello, pair.b.now)) + pair.b.commit()
+    welcome = result_for(out, b"copy", "h-copy")
+    assert (welcome["reclaimed"], welcome["sessionId"] != first["sessionId"]) == (False, True)
+    assert pair.store.claims()[first["sessionId"]] == "ba"
+
+
 # -- workflow runs: owned by the broker of their host -----------------------------------
 
 def hosted_pair() -> tuple[Pair, str]:

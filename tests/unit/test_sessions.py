@@ -275,6 +275,27 @@ def test_the_same_client_on_a_new_connection_keeps_its_id():
     assert bus.call(b"alice", "status")["code"] == "not_connected"
 
 
+def test_a_client_whose_reclaiming_welcome_was_lost_keeps_its_id_on_its_next_hello():
+    """A restarted broker reads a hello the client had already given up on (left in its
+    old connection's queue): the session opens, and its welcome, with the new reclaim
+    secret, goes nowhere. The client's next hello still holds the secret before."""
+    bus = Bus()
+    first = bus.hello("alice", instance="process-1")
+    bus.commit()
+    bus.restart()
+    bus.commit()
+    stale = bus.hello("alice", identity=b"alice-old", instance="process-1",
+                      sessionId=first["sessionId"], token=first["token"])
+    assert stale["reclaimed"] is True and stale["token"] != first["token"]
+    again = bus.hello("alice", identity=b"alice-new", instance="process-1",
+                      sessionId=first["sessionId"], token=first["token"])
+    assert (again["sessionId"], again.get("reason")) == (first["sessionId"], None), again
+    assert bus.call(b"alice-old", "status")["code"] == "not_connected"
+    copy = bus.hello("alice", identity=b"alice-copy", instance="process-2",
+                     sessionId=first["sessionId"], token=first["token"])
+    assert copy["sessionId"] != first["sessionId"]     # another process: a fresh id
+
+
 def test_another_process_takes_over_a_holder_gone_silent():
     bus = Bus(liveness_s=3.0)
     first = bus.hello("alice", instance="process-1")

@@ -17,7 +17,8 @@ the same hash, and the welcome waits for that commit even on a lone broker.
 
 A broker that died keeps its lease row until the lease runs out; its claims do not
 block anyone meanwhile, since each claim names the brokers the claimant has seen
-die (``gone``), and those whose link has been silent for two heartbeats: a client
+die (``gone``), and those whose link has been silent for two heartbeats (or that
+never linked back in that time since this broker met them): a client
 fails over only once its own broker went silent, about as long after the last
 heartbeat as this broker gives up on the link, and must not lose its id to that race.
 
@@ -67,6 +68,8 @@ def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
 def _claim(state: State, session_id: str, now: float,
            unverified: str | None = None) -> SessionClaimed:
     suspect_s = 2 * heartbeat_s(state.limits.liveness_s)   # silent this long: taken for dead
+    # Silent: since its last frame, or since it was met if it never linked back (it
+    # died before it heard of this broker, so it never will).
     gone = [p.broker_id for p in state.cluster.peers.values()
-            if p.gone or p.identity is not None and now - p.heard_at > suspect_s]
+            if p.gone or now - p.heard_at > suspect_s]
     return SessionClaimed(session_id, state.broker_id, state.wall, gone, unverified)

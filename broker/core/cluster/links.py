@@ -347,7 +347,9 @@ def _meet(state: State, broker_id: str, endpoint: str, until: float, now: float,
     for old in [p for p in state.cluster.peers.values() if p.endpoint == endpoint]:
         # Its successor serves the endpoint now (two live brokers cannot share one).
         _part(state, old, "replaced", now)
-    peer = state.cluster.peers[broker_id] = Peer(broker_id, endpoint, until, curve_public)
+    # Heard of now: one that never links back is as silent as one that stopped.
+    peer = state.cluster.peers[broker_id] = Peer(broker_id, endpoint, until, curve_public,
+                                                 heard_at=now)
     state.cluster.shared = True
     state.out.append(LinkOpen(broker_id, endpoint, curve_public))
     _say_hello(state, peer)

@@ -73,7 +73,7 @@ class Peer:
     lease_until: float                 # wall clock: its lease row's end, as last read
     curve_public: str = ""             # the CURVE key its ROUTER serves with, from its row
     identity: bytes | None = None      # its link on our ROUTER, once it said hello
-    heard_at: float = 0.0              # monotonic: last frame on its link
+    heard_at: float = 0.0              # monotonic: last frame on its link, or when met
     gone: bool = False                 # silent past the liveness window, or said bye
     mirrors: set[str] = field(default_factory=set)
 

@@ -2,8 +2,10 @@
 
 A ``hello`` on a connection without a session opens one; a ``hello`` naming a live
 session with its token and its client's ``instance`` nonce (or naming a holder gone
-silent) moves that session to the new connection (a client reconnecting) and keeps
-everything; with another instance it is a second process and gets a fresh id. An id is granted to a new session only when no
+silent; or, same instance, with the secret the id was taken back with, when the
+welcome went unread) moves that session to the new connection (a client
+reconnecting) and keeps everything; with another instance it is a second process and
+gets a fresh id. An id is granted to a new session only when no
 live session holds it, and only to the holder of its last holder's reclaim secret: as
 this broker remembers it, or (an id it does not remember) as the store's identity row
 has it (:mod:`broker.core.cluster.claims`); anyone else gets a fresh id and the reason. A
@@ -85,7 +87,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         return
 
     live = state.registry.by_id.get(env.get("sessionId") or "")
-    if live is not None and _token_ok(live, env.get("token")) and _same_client(state, live, env, now):
+    if live is not None and _returning(state, live, env, now):
         _reattach(state, live, identity, env, re, now)
         return
     if identity in state.cluster.claiming:
@@ -156,6 +158,8 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
         connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=peer,
         cwd=env.get("cwd"))
+    if refusal is None and env.get("sessionId") and isinstance(env.get("token"), str):
+        session.reclaimed_with = token_hash(env["token"])    # see _returning
     state.registry.add(session)
     held.adopt(state, session, parent)
     conversation = conversations.opened(state, session, conversation_claim)
@@ -255,6 +259,20 @@ def _reattach(state: State, session: Session, identity: bytes, env: dict, re: st
     state.stats["sessions.reattached"] += 1
     state.note("session_reattached", session=session.id, name=session.name)
     state.answer(session, re, welcome(state, session))
+
+
+def _returning(state: State, live: Session, env: dict, now: float) -> bool:
+    """Whether the hello is ``live``'s client on a new connection: with the token of
+    its welcome (see :func:`_same_client`), or, from the same process, with the secret
+    the id came back with: a welcome can go unread (the hello was left in a connection
+    the client had given up on, and a restarted broker read it), and the client then
+    still holds the secret before."""
+    token = env.get("token")
+    if _token_ok(live, token):
+        return _same_client(state, live, env, now)
+    return live.reclaimed_with is not None and isinstance(token, str) and \
+        env.get("instance") is not None and env.get("instance") == live.instance and \
+        hmac.compare_digest(token_hash(token), live.reclaimed_with)
 
 
 def _same_client(state: State, live: Session, env: dict, now: float) -> bool:

@@ -48,6 +48,7 @@ class Session:
     atomic_session_id: str | None = None
     parent_id: str | None = None
     instance: str | None = None             # the client's per-process nonce (see connect.hello)
+    reclaimed_with: str | None = None       # hash of the secret its id came back with
     binding: StageBinding | None = None     # set once a stage session is bound
     status: str = IDLE
     status_suffix: str | None = None
