@@ -260,7 +260,7 @@ def test_a_client_moving_from_a_broker_that_died_before_it_linked_back_keeps_its
     never hears a word from it. Its silence since then counts as a silent link's."""
     pair = Pair()                                # not linked: A knows nothing of B
     first = pair.hello(pair.a, "alice")
-    row = {"broker_id": "ba", "endpoint": "ipc:///tmp/ba.sock", "until": pair.b.now + 100}
+    row = LeaseRenewed("ba", 1, "ipc:///tmp/ba.sock", 0.0, pair.b.now + 100)
     pair.b._track(pair.b.engine.brokers_read([row], pair.b.now))   # lost with A: not pumped
     pair.b.now += 2.5                            # alice's client fails over
     hello = envelope("hello", id="h-again", name="alice", sessionId=first["sessionId"],
@@ -274,7 +274,7 @@ def test_a_client_moving_from_a_broker_that_died_before_it_linked_back_keeps_its
 def test_a_broker_just_met_that_has_not_linked_back_yet_keeps_its_claims():
     pair = Pair()
     first = pair.hello(pair.a, "alice")
-    row = {"broker_id": "ba", "endpoint": "ipc:///tmp/ba.sock", "until": pair.b.now + 100}
+    row = LeaseRenewed("ba", 1, "ipc:///tmp/ba.sock", 0.0, pair.b.now + 100)
     pair.b._track(pair.b.engine.brokers_read([row], pair.b.now))
     hello = envelope("hello", id="h-copy", name="alice", sessionId=first["sessionId"],
                      token=first["token"])
