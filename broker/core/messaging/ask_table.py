@@ -56,11 +56,13 @@ class AskTable:
 
     def check_capacity(self, asker: Session, supervisor: bool, limit: int) -> None:
         """Raises BusError(supervisor_busy | too_many_asks)."""
-        mine = self.outbound.get(asker.id, {}).values()
+        mine = self.outbound.get(asker.id)
+        if mine is None:
+            return                      # the common case: no ask of its own waits
         if supervisor:
-            if any(a.supervisor for a in mine):
+            if any(a.supervisor for a in mine.values()):
                 raise BusError("supervisor_busy")
-        elif sum(not a.supervisor for a in mine) >= limit:
+        elif len(mine) >= limit and sum(not a.supervisor for a in mine.values()) >= limit:
             raise BusError("too_many_asks", limit=limit)
 
     def open(self, ask: Ask) -> None:
