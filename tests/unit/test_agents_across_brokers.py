@@ -1,7 +1,7 @@
 """respond, list_sessions and invoke between two engines on one store, links wired in memory.
 
 The agent ``lys`` has a conversation on each broker; each test drives both engines
-with the fake clock of :mod:`tests.unit.test_links` and compares what each broker
+with the fake clock of :mod:`tests.unit.brokers_in_memory` and compares what each broker
 sends, publishes and keeps.
 """
 
@@ -16,7 +16,7 @@ from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
 
-from .test_links import Node, Pair
+from .brokers_in_memory import Node, Pair
 
 REASON = "Time for the check-in."
 
