@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 
 from broker.core import Engine, Send
-from broker.core.kernel.commands import LinkSend
+from broker.core.kernel.commands import LinkSend, ReadBrokers, RenewLease
 from broker.core.kernel.records import LeaseReleased, LeaseRenewed
 from broker.store.memory import MemoryStore
 from schemas.protocol import envelope
@@ -30,8 +30,10 @@ def endpoint_of(broker_id: str) -> str:
 class Node(Bus):
     """One broker of the mesh: its own id, ids and tokens; the shared store."""
 
-    def __init__(self, broker_id: str, store: MemoryStore, first_id: int, **limits) -> None:
+    def __init__(self, broker_id: str, store: MemoryStore, first_id: int,
+                 lease_s: float = 100, **limits) -> None:
         self.broker_id = broker_id
+        self.lease_s = lease_s
         super().__init__(**limits)
         self._new_ids = itertools.count(first_id)
         self.store = store
@@ -39,7 +41,7 @@ class Node(Bus):
         self.engine.restore(store.load())
 
     def _engine(self) -> Engine:
-        return Engine(broker_id=self.broker_id, limits=self._limits, lease_s=100,
+        return Engine(broker_id=self.broker_id, limits=self._limits, lease_s=self.lease_s,
                       endpoint=endpoint_of(self.broker_id),
                       new_id=lambda: uuid_from(next(self._new_ids)),
                       new_token=lambda: f"{self.broker_id}-token-{next(self._tokens)}")
@@ -51,17 +53,19 @@ class Node(Bus):
 
 class Mesh:
     """``count`` brokers (``ba``, ``bb``, ...) on one store; ``limits`` (a ``Limits``
-    field each) for all. ``mesh[i]`` is the i-th; ``seen[node]`` what that node
-    emitted since the last :meth:`feed`."""
+    field each) for all; ``lease_s``: each broker's lease length. ``mesh[i]`` is the
+    i-th; ``seen[node]`` what that node emitted since the last :meth:`feed`."""
 
-    def __init__(self, count: int = 3, **limits) -> None:
+    def __init__(self, count: int = 3, lease_s: float = 100, **limits) -> None:
         assert 2 <= count <= len(LETTERS)
         self.store = MemoryStore()
         ids = [f"b{letter}" for letter in LETTERS[:count]]
-        # Every broker's lease row, as its shell keeps it (wall clock = the fake one).
-        self.store.apply([LeaseRenewed(b, 1, endpoint_of(b), 0.0, 1e9) for b in ids])
-        self.nodes = [Node(b, self.store, int(f"{letter.upper()}0000001", 16), **limits)
+        self.nodes = [Node(b, self.store, int(f"{letter.upper()}0000001", 16), lease_s, **limits)
                       for b, letter in zip(ids, LETTERS)]
+        # Every broker's lease row, as its shell writes it at start (wall clock = the
+        # fake one); :meth:`advance` renews them when the engines ask.
+        self.store.apply([LeaseRenewed(n.broker_id, 1, endpoint_of(n.broker_id), 0.0,
+                                       n.now + lease_s) for n in self.nodes])
         self.seen: dict[Node, list] = {node: [] for node in self.nodes}
         self.down: set[Node] = set()      # killed or stopped: nothing reaches or leaves them
 
@@ -79,7 +83,8 @@ class Mesh:
         """Each reads the others' lease rows: links open, hellos cross."""
         for node in self.live():
             rows = [LeaseRenewed(peer.broker_id, 1, endpoint_of(peer.broker_id), 0.0,
-                                 node.now + 100) for peer in self.live() if peer is not node]
+                                 node.now + peer.lease_s)
+                    for peer in self.live() if peer is not node]
             self.deliver(node, node.engine.brokers_read(rows, node.now))
         self.settle()
 
@@ -131,22 +136,27 @@ class Mesh:
 
     def advance(self, seconds: float, step: float = 0.5) -> None:
         """``seconds`` pass on every live broker in steps of ``step``: each runs its
-        timers, and every session connected to it heartbeats. What they emit adds to
-        ``seen``."""
+        timers (its lease row is renewed and the others' rows read when its engine
+        asks, as its shell would), and every session connected to it heartbeats.
+        What they emit adds to ``seen``."""
         steps = max(1, round(seconds / step))
         for _ in range(steps):
             for node in self.live():
                 node.now += seconds / steps
-                self.deliver(node, node.engine.tick(node.now))
+                out = node.engine.tick(node.now)
+                self.deliver(node, out)
+                self._leases(node, out)
                 for identity in node.own_identities():
                     self.deliver(node, node.engine.receive(identity, envelope("hb"), node.now))
 
-    def read_leases(self) -> None:
-        """Each live broker reads the live lease rows of the others, as its shell does
-        on a timer."""
-        for node in self.live():
-            rows = self.store.brokers(node.now, exclude=node.broker_id)
-            self.deliver(node, node.engine.brokers_read(rows, node.now))
+    def _leases(self, node: Node, out: list) -> None:
+        for command in out:
+            if isinstance(command, RenewLease):
+                self.store.apply([LeaseRenewed(node.broker_id, 1, endpoint_of(node.broker_id),
+                                               0.0, node.now + command.lease_s)])
+            if isinstance(command, (RenewLease, ReadBrokers)):
+                rows = self.store.brokers(node.now, exclude=node.broker_id)
+                self.deliver(node, node.engine.brokers_read(rows, node.now))
 
     def kill(self, node: Node) -> None:
         """``node`` dies at once (kill -9): it says nothing more and hears nothing;
