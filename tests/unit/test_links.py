@@ -189,16 +189,18 @@ def test_the_per_stage_cap_counts_sends_from_both_brokers_once():
 
 def test_a_stage_on_the_owner_gets_entries_queued_from_the_other_broker_in_order_once():
     pair, grant = hosted_pair()
-    queue_from(pair, pair.b, b"bob", "m1", "one")
-    queue_from(pair, pair.a, b"host", "m2", "two")
-    queue_from(pair, pair.b, b"bob", "m3", "three")
+    positions = [queue_from(pair, pair.b, b"bob", "m1", "one")["position"],
+                 queue_from(pair, pair.a, b"host", "m2", "two")["position"],
+                 queue_from(pair, pair.b, b"bob", "m3", "three")["position"]]
+    assert positions == [1, 2, 3]
     pair.hello(pair.a, "plan", sessionKind="stage", stage="workflow:r1/plan", grant=grant,
                transcript="t-plan")
     got = [(m["message"], m["from"], m.get("receivedBeforeStart")) for m in pair.sent(pair.a, b"plan", "msg")]
     bob, host = uuid_from(0xB0000001), uuid_from(0xA0000001)
     assert got == [("one", bob, True), ("two", host, True), ("three", bob, True)]
     pair.call(pair.b, b"bob", "send", "live", to="workflow:r1/plan", message="live")
-    assert [m["message"] for m in pair.sent(pair.a, b"plan", "msg")] == ["live"]
+    assert [(m["message"], m.get("receivedBeforeStart")) for m in pair.sent(pair.a, b"plan", "msg")] \
+        == [("live", None)]                       # once, and not as queued before the start
     assert result_for(pair.seen[pair.b], b"bob", "live")["delivered"] is True
 
 
