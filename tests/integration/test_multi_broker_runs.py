@@ -1,7 +1,10 @@
 """Runs belong to one broker; the others forward to it, send its stages there, and
 take its runs over when it dies (broker.core.cluster.ownership).
 
-Real broker processes on one SQLite file (tests/integration/multi_broker.py).
+Real broker processes on one SQLite file (tests/integration/multi_broker.py). What
+the run's broker answers to the other broker's sessions while both live is tested in
+memory too (tests/unit/test_run_ownership.py, test_runs_across_brokers.py,
+test_remote_listing.py).
 """
 
 from __future__ import annotations
@@ -10,8 +13,7 @@ import pytest
 
 from client import Client
 from tests.integration.multi_broker import (Cluster, database_for, on_both_stores, others_live, shared_cluster, wait_until)
-from tests.integration.workflow_helpers import (assert_refused, host_run, path, queue, run_row,
-                                                send, start_stage, take)
+from tests.integration.workflow_helpers import host_run, path, queue, run_row, send, start_stage, take
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -69,18 +71,6 @@ def test_a_stage_that_reaches_another_broker_is_sent_to_its_runs_broker(two):
     assert stage.receive(0.3) is None
 
 
-def test_a_run_whose_host_left_still_queues_sends_from_another_broker(two):
-    host, bob, run = linked_run(two)
-    host.close()
-    queued = queue(bob, path(run, "plan"), "while the host is away")
-    assert queued["position"] == 2, queued
-    # Past the host's lease the run is dormant: asks are refused as such, sends queue.
-    wait_until(lambda: bob.intercom(action="ask", to=path(run, "plan"), message="?",
-                                    timeout=5).get("code") == "run_dormant", 20,
-               "the run goes dormant")
-    assert queue(bob, path(run, "plan"), "while dormant")["position"] == 3
-
-
 @on_both_stores
 def test_a_dead_brokers_runs_follow_their_host_and_lose_nothing_queued(two_own):
     endpoints = [b.endpoint for b in two_own.brokers]
@@ -119,12 +109,6 @@ def test_a_restarted_broker_does_not_take_a_live_brokers_run(two_own):
     assert broker_id(stage) == broker_id(host)     # bound where the run is, not a copy
     assert [m["message"] for m in take(stage, 1)] == ["probe"]
     assert stage.receive(0.3) is None
-
-
-def test_a_host_operation_on_another_broker_is_checked_and_answered_by_the_runs_broker(two):
-    host, bob, run = linked_run(two)
-    assert_refused(bob.take_over(run, "x"), "not_run_host")      # its host is live there
-    assert_refused(bob.set_stage_state(run, "plan", "RUNNING"), "not_run_host")
 
 
 def dormant_with_held_send(cluster: Cluster):

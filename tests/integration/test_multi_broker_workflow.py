@@ -2,23 +2,19 @@
 
 Real broker processes on one SQLite file (see tests/integration/multi_broker.py): a
 session on broker B addressing ``workflow:<run>/...`` of a run hosted on broker A is
-handled by A (queueing, positions, the cap, delivery), and what A answered ``queued``
-is in the shared database, so a kill -9 of A loses none of it.
+handled by A, and what A answered ``queued`` is in the shared database, so a kill -9
+of A loses none of it. Queueing, positions, the cap and delivery across brokers are
+tested without processes in tests/unit/test_links.py.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.integration.multi_broker import (Cluster, database_for, on_both_stores, others_live, shared_cluster, wait_until)
-from tests.integration.workflow_helpers import host_run, path, queue, send, start_stage, take
+from tests.integration.multi_broker import Cluster, database_for, on_both_stores, others_live, wait_until
+from tests.integration.workflow_helpers import host_run, path, queue, start_stage, take
 
 pytestmark = pytest.mark.timeout(90)
-
-
-# The tests that leave both brokers running share them (each on a run of its own); the
-# kill -9 test starts its own (two_own).
-_two_brokers, two = shared_cluster("two", 2)
 
 
 @pytest.fixture
@@ -41,33 +37,6 @@ def hosted_on_first(cluster: Cluster):
 
     wait_until(host_known, 15, "broker 1 mirrors the host with its run")
     return host, bob, run
-
-
-def test_sends_from_another_broker_to_a_pending_stage_queue_once_in_one_fifo(two):
-    host, bob, run = hosted_on_first(two)
-    target = path(run, "plan")
-    positions = [queue(bob, target, "b1")["position"], queue(host, target, "h1")["position"],
-                 queue(bob, target, "b2")["position"]]
-    assert positions == [1, 2, 3]
-    stage = start_stage(lambda name, **kw: two.connect(0, name, **kw), run, "plan")
-    got = take(stage, 3)
-    assert [(m["message"], m["from"]) for m in got] == [("b1", bob.id), ("h1", host.id), ("b2", bob.id)]
-    assert all(m.get("receivedBeforeStart") for m in got)
-    live = send(bob, target, "live")
-    assert (live["ok"], live.get("delivered")) == (True, True), live
-    (msg,) = take(stage, 1)
-    assert (msg["message"], msg.get("receivedBeforeStart")) == ("live", None)
-    assert stage.receive(0.3) is None          # nothing twice
-
-
-def test_the_cap_of_a_stage_queue_counts_sends_from_both_brokers(two_own):
-    host, bob, run = hosted_on_first(two_own)
-    target = path(run, "plan")
-    for i in range(25):
-        queue(host, target, f"h{i}")
-        queue(bob, target, f"b{i}")
-    refused = send(bob, target, "over")
-    assert (refused["ok"], refused["code"]) == (False, "queue_full"), refused
 
 
 @on_both_stores

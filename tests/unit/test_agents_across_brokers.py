@@ -1,7 +1,7 @@
 """respond, list_sessions and invoke between two engines on one store, links wired in memory.
 
 The agent ``lys`` has a conversation on each broker; each test drives both engines
-with the fake clock of :mod:`tests.unit.test_links` and compares what each broker
+with the fake clock of :mod:`tests.unit.brokers_in_memory` and compares what each broker
 sends, publishes and keeps.
 """
 
@@ -16,7 +16,7 @@ from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
 
-from .test_links import Node, Pair
+from .brokers_in_memory import Node, Pair
 
 REASON = "Time for the check-in."
 
@@ -67,6 +67,9 @@ def test_a_conversation_opened_on_the_other_broker_is_listed_and_remembered_when
     pair.feed(pair.b, b"brief", envelope("bye"))
     rows = sessions(pair, pair.a, b"caller")
     assert {c: r["connected"] for c, r in rows.items()} == {"discord:1": True, "discord:2": False}
+    assert rows["discord:2"]["persistent"] is True
+    noted = request(pair, pair.a, b"caller", "respond", "r1", content="noted", channel="discord:2")
+    assert (noted["ok"], noted["channel"]) == (True, "discord:2")     # remembered: it takes it
 
 
 def test_a_channel_held_on_the_other_broker_is_in_use_here():
@@ -99,6 +102,20 @@ def test_a_respond_to_a_channel_on_the_other_broker_reaches_its_session_and_both
     assert (inband["content"], inband["fromSession"], inband["final"]) == ("again", "discord:1", False)
     assert published(pair, pair.b, "channel:discord:2") == [inband]
     assert published(pair, pair.a, "channel:discord:2") == [inband]
+
+
+def test_an_output_acknowledged_on_the_other_broker_reaches_its_sender():
+    pair = agent_pair()
+    pair.hello(pair.a, "caller", agent="lys", channel="discord:1")
+    pair.hello(pair.b, "dest", agent="lys", channel="discord:2")
+    pair.feed(pair.a, b"caller", envelope("respond", id="r1", content="ack me", channel="discord:2"))
+    sent = result_for(pair.seen[pair.a], b"caller", "r1")
+    (output,) = events(pair, pair.b, b"dest", "output")
+    assert (output["content"], output["outputId"]) == ("ack me", sent["outputId"])
+    acked = request(pair, pair.b, b"dest", "ack_output", "a1", outputId=output["outputId"])
+    assert acked["told"] is True
+    (told,) = events(pair, pair.a, b"caller", "output_acked")
+    assert (told["outputId"], told["channel"]) == (sent["outputId"], "discord:2")
 
 
 def test_last_names_the_most_recently_active_conversation_whichever_broker_holds_it():

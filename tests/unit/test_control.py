@@ -192,7 +192,7 @@ def test_a_control_connection_counts_against_the_per_peer_bound():
 def test_other_brokers_are_never_told_of_a_control_connection():
     from broker.core.kernel.commands import LinkSend
     from tests.unit.harness import result_for
-    from tests.unit.test_links import Pair
+    from tests.unit.brokers_in_memory import Pair
 
     pair = Pair()
     told: list[str] = []

@@ -193,7 +193,7 @@ def test_the_overview_shows_every_run_with_its_stages_and_queued_counts():
 # -- several brokers ------------------------------------------------------------------------
 
 def test_a_send_from_a_control_connection_to_another_brokers_session_is_refused_at_once():
-    from tests.unit.test_links import Pair
+    from tests.unit.brokers_in_memory import Pair
 
     pair = Pair()
     pair.link()

@@ -7,7 +7,7 @@ from broker.core.kernel.commands import LinkOpen, LinkSend
 from broker.core.kernel.records import LeaseRenewed
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
-from tests.unit.test_links import Node, Pair
+from tests.unit.brokers_in_memory import Node, Pair
 
 
 def row(node: Node, curve_public: str = "") -> LeaseRenewed:

@@ -1,108 +1,13 @@
-"""Two engines on one store, their links wired in memory: brokers as one bus.
-
-Each :class:`Node` is a :class:`~tests.unit.harness.Bus` with its own broker id; the
-pair shares the store (and so the grant key) as brokers on one database do, and
-:meth:`Pair.pump` carries every ``LinkSend`` to the other engine as the shell and the
-sockets would, until nothing is in flight.
-"""
+"""Two engines on one store, their links wired in memory (see
+:mod:`tests.unit.brokers_in_memory`): brokers as one bus."""
 
 from __future__ import annotations
 
-import itertools
-
-from broker.core import Engine, Send
 from broker.core.kernel.commands import LinkSend
-from broker.core.kernel.records import LeaseRenewed
-from broker.store.memory import MemoryStore
 from schemas.protocol import envelope
-from tests.unit.harness import Bus, result_for, uuid_from
-
-
-class Node(Bus):
-    """One broker of the pair: its own id, ids and tokens; the shared store."""
-
-    def __init__(self, broker_id: str, store: MemoryStore, first_id: int, **limits) -> None:
-        self.broker_id = broker_id
-        super().__init__(**limits)
-        self._new_ids = itertools.count(first_id)
-        self.store = store
-        self.engine = self._engine()
-        self.engine.restore(store.load())
-
-    def _engine(self) -> Engine:
-        return Engine(broker_id=self.broker_id, limits=self._limits, lease_s=100,
-                      endpoint=f"ipc:///tmp/{self.broker_id}.sock",
-                      new_id=lambda: uuid_from(next(self._new_ids)),
-                      new_token=lambda: f"{self.broker_id}-token-{next(self._tokens)}")
-
-
-class Pair:
-    """Brokers A and B on one store; ``limits`` (a ``Limits`` field each) for both."""
-
-    def __init__(self, **limits) -> None:
-        self.store = MemoryStore()
-        # Both brokers' lease rows, as their shells keep them (wall clock = the fake one).
-        self.store.apply([LeaseRenewed(b, 1, f"ipc:///tmp/{b}.sock", 0.0, 1e9) for b in ("ba", "bb")])
-        self.a = Node("ba", self.store, 0xA0000001, **limits)
-        self.b = Node("bb", self.store, 0xB0000001, **limits)
-        self.seen: dict[Node, list] = {self.a: [], self.b: []}
-
-    def other(self, node: Node) -> Node:
-        return self.b if node is self.a else self.a
-
-    def link(self) -> None:
-        """Each reads the other's lease row: links open, hellos cross."""
-        for node in (self.a, self.b):
-            peer = self.other(node)
-            row = LeaseRenewed(peer.broker_id, 1, f"ipc:///tmp/{peer.broker_id}.sock", 0.0,
-                               node.now + 100)
-            self.deliver(node, node.engine.brokers_read([row], node.now))
-        self.settle()
-
-    def deliver(self, node: Node, out: list) -> None:
-        node.last = node._track(out)
-        self.seen[node] += out
-        self.pump(node, out)
-
-    def pump(self, node: Node, out: list) -> None:
-        peer = self.other(node)
-        for command in out:
-            if isinstance(command, LinkSend):
-                reply = peer._track(peer.engine.receive_batch(f"link-{node.broker_id}".encode(),
-                                                              command.envs, peer.now))
-                self.seen[peer] += reply
-                self.pump(peer, reply)
-
-    def settle(self) -> None:
-        """Commit both stores' writes (claims included), carrying what that causes."""
-        for node in (self.a, self.b):
-            node.commit()
-            self.seen[node] += node.last
-            self.pump(node, node.last)
-
-    def feed(self, node: Node, identity: bytes, env: dict) -> None:
-        self.seen[self.a], self.seen[self.b] = [], []
-        self.deliver(node, node.engine.receive(identity, env, node.now))
-
-    def hello(self, node: Node, name: str, **fields) -> dict:
-        msg_id = f"h-{name}"
-        self.feed(node, name.encode(), envelope("hello", id=msg_id, name=name, **fields))
-        self.settle()
-        return result_for(self.seen[node], name.encode(), msg_id)
-
-    def call(self, node: Node, identity: bytes, action: str, msg_id: str, **params) -> list:
-        self.feed(node, identity, envelope("call", id=msg_id, action=action, **params))
-        return self.seen[node]
-
-    def sent(self, node: Node, identity: bytes, kind: str) -> list[dict]:
-        return [c.env for c in self.seen[node] if isinstance(c, Send) and c.identity == identity
-                and c.env["k"] == kind]
-
-
-def linked_pair(**limits) -> Pair:
-    pair = Pair(**limits)
-    pair.link()
-    return pair
+from tests.unit.brokers_in_memory import Node, Pair, hosted_pair, linked_pair
+from broker.core import Send
+from tests.unit.harness import result_for, uuid_from
 
 
 def test_the_other_brokers_sessions_are_listed_and_announced_in_band():
@@ -286,18 +191,6 @@ def test_a_broker_just_met_that_has_not_linked_back_yet_keeps_its_claims():
 
 # -- workflow runs: owned by the broker of their host -----------------------------------
 
-def hosted_pair() -> tuple[Pair, str]:
-    """A host on A with run r1 (stage plan pending), bob on B in its invocation group."""
-    pair = linked_pair()
-    pair.hello(pair.a, "host")
-    pair.feed(pair.a, b"host", envelope("workflow", id="w1", op="register_run", runId="r1",
-                                        stages=[{"name": "plan"}]))
-    pair.settle()               # register_run is answered once the run is durable
-    grant = result_for(pair.seen[pair.a], b"host", "w1")["grants"]["workflow:r1/plan"]
-    pair.hello(pair.b, "bob", group="workflow:r1")
-    return pair, grant
-
-
 def queue_from(pair: Pair, node: Node, identity: bytes, msg_id: str, message: str) -> dict:
     pair.call(node, identity, "send", msg_id, to="workflow:r1/plan", message=message)
     pair.settle()                    # the owner commits; its answer crosses back
@@ -325,16 +218,18 @@ def test_the_per_stage_cap_counts_sends_from_both_brokers_once():
 
 def test_a_stage_on_the_owner_gets_entries_queued_from_the_other_broker_in_order_once():
     pair, grant = hosted_pair()
-    queue_from(pair, pair.b, b"bob", "m1", "one")
-    queue_from(pair, pair.a, b"host", "m2", "two")
-    queue_from(pair, pair.b, b"bob", "m3", "three")
+    positions = [queue_from(pair, pair.b, b"bob", "m1", "one")["position"],
+                 queue_from(pair, pair.a, b"host", "m2", "two")["position"],
+                 queue_from(pair, pair.b, b"bob", "m3", "three")["position"]]
+    assert positions == [1, 2, 3]
     pair.hello(pair.a, "plan", sessionKind="stage", stage="workflow:r1/plan", grant=grant,
                transcript="t-plan")
     got = [(m["message"], m["from"], m.get("receivedBeforeStart")) for m in pair.sent(pair.a, b"plan", "msg")]
     bob, host = uuid_from(0xB0000001), uuid_from(0xA0000001)
     assert got == [("one", bob, True), ("two", host, True), ("three", bob, True)]
     pair.call(pair.b, b"bob", "send", "live", to="workflow:r1/plan", message="live")
-    assert [m["message"] for m in pair.sent(pair.a, b"plan", "msg")] == ["live"]
+    assert [(m["message"], m.get("receivedBeforeStart")) for m in pair.sent(pair.a, b"plan", "msg")] \
+        == [("live", None)]                       # once, and not as queued before the start
     assert result_for(pair.seen[pair.b], b"bob", "live")["delivered"] is True
 
 

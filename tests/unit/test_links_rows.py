@@ -1,10 +1,10 @@
 """What a session on the other broker looks like here: the same ``list`` row as on
-its own broker (two engines on one store, see tests/unit/test_links.py)."""
+its own broker (two engines on one store, see tests/unit/brokers_in_memory.py)."""
 
 from __future__ import annotations
 
 from tests.unit.harness import result_for
-from tests.unit.test_links import hosted_pair, linked_pair
+from tests.unit.brokers_in_memory import hosted_pair, linked_pair
 
 
 def rows_by_name(pair, node, identity: bytes, msg_id: str) -> dict[str, dict]:

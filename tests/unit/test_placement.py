@@ -7,7 +7,7 @@ from broker.core.cluster.placement import Forward, Park, place
 from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import Bus
-from tests.unit.test_links import linked_pair
+from tests.unit.brokers_in_memory import linked_pair
 from tests.unit.test_run_ownership import PLAN, RUN, hosted
 
 

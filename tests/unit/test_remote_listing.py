@@ -1,5 +1,5 @@
 """A run another broker owns, in a ``list`` here (broker.core.cluster.remote_listing): two
-engines on one store, their links wired in memory (tests/unit/test_links.py's Pair)."""
+engines on one store, their links wired in memory (the Pair of tests/unit/brokers_in_memory.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from broker.core.cluster.remote_listing import LIST_WAIT_S, MAX_LISTS_WAITING
 from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
-from tests.unit.test_links import linked_pair
+from tests.unit.brokers_in_memory import linked_pair
 
 from .test_run_ownership import PLAN, RUN, bob_sends, hosted
 

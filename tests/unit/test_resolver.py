@@ -14,7 +14,7 @@ from schemas.protocol import envelope
 from tests.unit.harness import Bus, result_for
 from tests.unit.test_closed_stages import ended
 from tests.unit.test_held_sends import dormant_run_with_subagent
-from tests.unit.test_links import linked_pair
+from tests.unit.brokers_in_memory import linked_pair
 from tests.unit.test_run_ownership import PLAN, RUN, hosted
 from tests.unit.test_workflow import stage
 

@@ -1,5 +1,5 @@
 """Runs across brokers in the core (broker.core.cluster.ownership): two engines on one store,
-their links wired in memory (tests/unit/test_links.py's Pair)."""
+their links wired in memory (the Pair of tests/unit/brokers_in_memory.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from schemas.limits import ADOPT_GRACE_S
 from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
-from tests.unit.test_links import linked_pair
+from tests.unit.brokers_in_memory import linked_pair
 
 RUN = "r-own"
 PLAN = f"workflow:{RUN}/plan"

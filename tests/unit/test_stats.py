@@ -130,7 +130,7 @@ def test_sessions_opening_and_leaving_and_refusals_are_noted_for_the_log():
 
 
 def test_a_linked_broker_is_listed_and_one_taken_for_dead_is_noted_with_its_sessions():
-    from .test_links import linked_pair
+    from .brokers_in_memory import linked_pair
 
     pair = linked_pair()
     pair.hello(pair.b, "bob")
