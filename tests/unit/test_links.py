@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from broker.core.kernel.commands import LinkSend
+from broker.core.kernel.records import LeaseRenewed
 from schemas.protocol import envelope
 from tests.unit.brokers_in_memory import Node, Pair, hosted_pair, linked_pair
 from broker.core import Send
