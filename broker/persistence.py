@@ -12,6 +12,7 @@ The API the IO shell uses (every call from the shell's own thread)::
         report.code                                     # failed tickets' error code | None
         report.retained, report.lost                    # unwaited records kept / dropped
         report.refused                                  # (ticket, code) of records refused
+        report.dropped                                  # refused records nobody waited for
         report.kept                                     # (ticket, StickyRow): entries whose
                                                         # request was stored already
         report.brokers                                  # live lease rows | None
@@ -129,6 +130,7 @@ class WorkerReport:
                                                   # entries whose request was kept already
     brokers: list[LeaseRenewed] | None = None     # the other live brokers' lease rows
     jobs: Sequence[InvocationSaved] = ()          # queued jobs read for ``ReadJobs``
+    dropped: int = 0                    # refused records without a ticket: not retried
 
 
 class PersistenceWorker:
@@ -319,7 +321,7 @@ class PersistenceWorker:
         if records:
             self.commits += 1
             self.records += len(records)
-        done, refusals, kept_rows = tickets, (), ()
+        done, refusals, kept_rows, dropped = tickets, (), (), 0
         if refused:
             # Claims another live broker's session holds (records.SessionClaimed), and
             # entries whose request another write kept first (records.StickyKept), and
@@ -331,6 +333,9 @@ class PersistenceWorker:
             kept_rows = [(t, kept[id(record)]) for t, record in items
                          if t is not None and id(record) in kept]
             settled = {t for t, _ in refusals} | {t for t, _ in kept_rows}
+            # Nobody waits for the rest (a run saved again after another broker took it):
+            # the store's copy stands, so they are dropped, not retried.
+            dropped = len(refused) - len(settled)
             done = [t for t in tickets if t not in settled]
         read_error = None
         for dead in adoptions:
@@ -353,14 +358,15 @@ class PersistenceWorker:
             except Exception as exc:  # the batch is durable all the same
                 read_error = f"reading live brokers: {exc!r}"
         return self._report(batches, done, [], read_error, None, refusals, kept_rows,
-                            brokers, jobs)
+                            brokers, jobs, dropped)
 
     def _report(self, batches: int, done: list[int], failed: list[int], error: str | None,
                 code: str | None, refused: Sequence = (), kept: Sequence = (),
-                brokers: list[LeaseRenewed] | None = None, jobs: Sequence = ()) -> WorkerReport:
+                brokers: list[LeaseRenewed] | None = None, jobs: Sequence = (),
+                dropped: int = 0) -> WorkerReport:
         lost, self._lost = self._lost, 0
         return WorkerReport(batches, done, failed, error, code, len(self._retained), lost,
-                            refused, kept, brokers, jobs)
+                            refused, kept, brokers, jobs, dropped)
 
     def _write_retained(self) -> Exception | None:
         """Write the retained records in their own transaction.

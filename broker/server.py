@@ -352,6 +352,8 @@ class Broker:
                 self.log.error("persist_failed", error=report.error, code=report.code,
                                tickets=len(report.failed), retained=report.retained,
                                lost=report.lost)
+            if report.dropped:
+                self.log.warning("persist_refused", records=report.dropped)
             if report.brokers is not None:
                 self._brokers_read(report.brokers, now, wall, commands)
             for dead, snapshot in self.worker.adopted():

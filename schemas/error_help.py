@@ -171,7 +171,8 @@ HELP: dict[str, str] = {
                     "what it needs to know.",
     "run_taken_over": "Talk to the run through the session that took it over.",
     "run_elsewhere": "Clients follow this by themselves: say hello again at `endpoint`.",
-    "run_moving": "Too many requests wait for the run's adoption: send again in a moment, "
+    "run_moving": "Too many requests wait for the run's adoption, or another broker owns "
+                  "a run this one had not heard of yet: send again in a moment, "
                   "under a new id. A refused hello is said again at `endpoint` (this "
                   "broker) after a short pause; clients do that by themselves.",
     "run_dormant": "Wait until the run's host comes back, or `send` (held until it "

@@ -16,7 +16,7 @@ starting broker restores from.
 Invariants:
 
 * :meth:`Store.apply` runs a whole batch in one transaction: every record is kept,
-  or none; the records it did not write (refused claims and job starts, entries whose
+  or none; the records it did not write (refused claims, run saves and job starts, entries whose
   request is kept already) are returned, not raised;
 * each record type has one writer in each store: the method :data:`RECORD_HANDLERS`
   names, found by :func:`writers_of`; a new record type is a class in
@@ -47,7 +47,7 @@ UNAVAILABLE = "store_unavailable"  # the code of a write the store cannot take n
 
 # Each record type and the name of the method that writes it, in every store. The
 # method takes the record alone and returns None (written), False (refused: see
-# SessionClaimed and InvocationState) or the StickyKept that stands for its record.
+# SessionClaimed, RunSaved and InvocationState) or the StickyKept that stands for its record.
 RECORD_HANDLERS: dict[type, str] = {
     IdentitySaved: "save_identity",
     LeaseRenewed: "renew_lease",
@@ -86,7 +86,8 @@ class Store(Protocol):
         """Make every record durable in one transaction, or none of them (raise).
 
         Returns the records not written, which are not an error (the rest of the batch
-        is kept): the claims refused (see :class:`SessionClaimed`), starts of jobs no
+        is kept): the claims refused (see :class:`SessionClaimed`), saves of runs another
+        broker owns (see :class:`RunSaved`), starts of jobs no
         longer queued (see :class:`InvocationState`) and, for each entry whose request
         is stored already, a :class:`StickyKept`. Raises TypeError for a value that is
         not a record or a payload msgpack cannot encode."""

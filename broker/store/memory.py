@@ -16,7 +16,8 @@ Semantics (every store keeps the same ones):
   row does not have (or there is no row), and is returned refused then; ``SessionReleased``
   deletes a claim of that broker; a lease renewal forgets the claims of brokers
   without a row;
-* ``RunSaved`` upserts by run id (a run keeps its place in load order);
+* ``RunSaved`` upserts by run id (a run keeps its place in load order), and is
+  returned refused when another broker owns the stored run;
   ``RunEnded`` deletes the run, its sticky entries and their deliveries;
 * ``StickySaved`` inserts, and a seq already stored fails the batch; an entry whose
   request (sender id, message id) is stored already, by any broker, is not written
@@ -135,11 +136,12 @@ class MemoryTables:
         if self.claims.get(record.session_id) == record.broker_id:
             del self.claims[record.session_id]
 
-    def save_run(self, record: RunSaved) -> None:
+    def save_run(self, record: RunSaved) -> bool | None:
         held = self.runs.get(record.run_id)
         if held is not None and held.owner not in (record.owner, ""):
-            return           # another broker adopted it: its copy is the run
+            return False     # refused: another broker owns it (adopted it): its copy is the run
         self.runs[record.run_id] = RunSaved(record.run_id, copy_payload(record.record), record.owner)
+        return None
 
     def end_run(self, record: RunEnded) -> None:
         for seq in [seq for seq, entry in self.sticky.items() if entry.run_id == record.run_id]:

@@ -267,8 +267,9 @@ class PostgresStore:
     def release_session(self, record: SessionReleased) -> None:
         self._run(fields_by_name(record), sql.UNCLAIM)
 
-    def save_run(self, record: RunSaved) -> None:
-        self._run(fields_by_name(record, record=_pack(record.record)), sql.UPSERT_RUN)
+    def save_run(self, record: RunSaved) -> Deferred:
+        cursor = self._ask(sql.UPSERT_RUN, fields_by_name(record, record=_pack(record.record)))
+        return lambda: cursor.fetchone() is not None        # no row: another broker owns it
 
     def end_run(self, record: RunEnded) -> None:
         self._run(fields_by_name(record), sql.DELETE_RUN_DELIVERIES, sql.DELETE_RUN_ENTRIES,

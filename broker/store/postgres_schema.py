@@ -117,11 +117,12 @@ UNCLAIM = """
 DELETE FROM session_claims WHERE session_id = %(session_id)s AND broker_id = %(broker_id)s
 """
 # A broker that lost a run (it was adopted while this one was taken for dead) writes
-# nothing to it: the adopter's copy is the run.
+# nothing to it: the adopter's copy is the run. No row returned: refused.
 UPSERT_RUN = """
 INSERT INTO runs (run_id, record, owner) VALUES (%(run_id)s, %(record)s, %(owner)s)
 ON CONFLICT (run_id) DO UPDATE SET record = excluded.record, owner = excluded.owner
 WHERE runs.owner IN (excluded.owner, '')
+RETURNING run_id
 """
 # At start: a broker takes the runs nobody live owns (its own, a dead broker's, none's).
 TAKE_RUNS = """

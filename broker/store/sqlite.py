@@ -173,7 +173,7 @@ class SqliteStore:
 
     def apply(self, records: Sequence[Record]) -> list[Record]:
         """Apply ``records`` in order in one transaction: all become durable, or none;
-        returns the records not written: refused claims and job starts (see
+        returns the records not written: refused claims, run saves and job starts (see
         :class:`~broker.core.kernel.records.SessionClaimed` and
         :class:`~broker.core.kernel.records.InvocationState`) and entries whose request is
         stored already (:class:`~broker.core.kernel.records.StickyKept`).
@@ -285,8 +285,9 @@ class SqliteStore:
     def release_lease(self, record: LeaseReleased) -> None:
         self.conn.execute(sql.DELETE_LEASE, fields_by_name(record))
 
-    def save_run(self, record: RunSaved) -> None:
+    def save_run(self, record: RunSaved) -> bool:
         self.conn.execute(sql.UPSERT_RUN, fields_by_name(record, record=_pack(record.record)))
+        return self.conn.changes() == 1        # False: another broker owns the run
 
     def end_run(self, record: RunEnded) -> None:
         self.conn.execute(sql.DELETE_RUN, fields_by_name(record))

@@ -180,7 +180,7 @@ SELECT 1 FROM session_identity WHERE session_id = :session_id AND token_hash = :
 CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
 UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
 # A broker that lost a run (it was adopted while this one was taken for dead) writes
-# nothing to it: the adopter's copy is the run.
+# nothing to it: the adopter's copy is the run (no change: the save is refused).
 UPSERT_RUN = """
 INSERT INTO runs (run_id, record, owner) VALUES (:run_id, :record, :owner)
 ON CONFLICT (run_id) DO UPDATE SET record = excluded.record, owner = excluded.owner

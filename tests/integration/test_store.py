@@ -167,6 +167,22 @@ def test_the_worker_keeps_serving_after_a_failed_batch(start_worker, db):
     assert (snapshot.runs, snapshot.sticky) == ([RunSaved("r3", {})], [])
 
 
+def test_a_save_of_a_run_another_broker_owns_is_refused_to_its_waiter_and_dropped_unwaited(
+        start_worker, db):
+    worker = start_worker()
+    worker.submit([(1, RunSaved("r1", {"v": 1}, "other"))])
+    wait_reports(worker)
+    worker.submit([(2, RunSaved("r1", {"v": 2}, "me")), (None, RunSaved("r1", {"v": 3}, "me")),
+                   (3, RunSaved("r2", {}, "me"))])
+    (report,) = wait_reports(worker)
+    assert (report.done, report.refused, report.dropped) == ([3], [(2, "run_moving")], 1)
+    worker.submit([(4, RunSaved("r3", {}, "me"))])     # nothing is retried with the next batch
+    assert wait_reports(worker) == [WorkerReport(1, done=[4], failed=[])]
+    assert worker.stop()
+    assert {r.run_id: (r.owner, r.record) for r in reopen(db).load().runs}["r1"] == \
+        ("other", {"v": 1})
+
+
 def test_a_lease_renewal_reports_the_other_brokers_whose_lease_is_live(start_worker, db):
     neighbours = SqliteStore(db)
     neighbours.apply([lease("other", time.time() + 600), lease("expired", NOW - 1)])

@@ -65,6 +65,17 @@ def test_a_broker_that_lost_a_run_writes_nothing_to_it(store):
     assert store.load().runs[0].record == {"runId": "r", "v": 2}
 
 
+def test_a_save_of_a_run_another_broker_owns_is_refused_and_the_rest_of_the_batch_kept(store):
+    store.apply([run("theirs", "other"), run("old", "")])
+    stale = RunSaved("theirs", {"runId": "theirs", "mine": True}, "me")
+    refused = store.apply([stale, run("mine", "me"), run("old", "me"),
+                           RunSaved("theirs", {"runId": "theirs", "v": 2}, "other")])
+    assert refused == [stale]          # its owner's save and an unowned row's are written
+    assert {r.run_id: (r.owner, r.record) for r in store.load().runs} == {
+        "theirs": ("other", {"runId": "theirs", "v": 2}), "old": ("me", {"runId": "old"}),
+        "mine": ("me", {"runId": "mine"})}
+
+
 def test_a_job_another_live_broker_started_is_not_loaded_to_be_failed(store):
     from broker.core.kernel.records import InvocationState
 

@@ -88,7 +88,9 @@ class SessionReleased:
 @dataclass(frozen=True, slots=True)
 class RunSaved:
     """The whole tree of a workflow run (see :meth:`broker.core.workflow.run_tree.Run.record`), and
-    the broker that owns it (the one that wrote it; see :mod:`broker.core.cluster.ownership`)."""
+    the broker that owns it (the one that wrote it; see :mod:`broker.core.cluster.ownership`).
+    It is *refused* (nothing written, the store returns it) when the stored run has
+    another owner: that broker adopted it, or registered it before this one knew."""
 
     run_id: str
     record: dict[str, Any]
@@ -226,6 +228,8 @@ def refusal_code(record: Record) -> str:
     """The error code the waiter of a refused record gets (see :meth:`Store.apply`)."""
     if type(record) is InvocationState:
         return "invocation_taken"
+    if type(record) is RunSaved:        # another broker owns the run: ask again once
+        return "run_moving"             # this one has its word (forwarded, or adopted)
     if type(record) is SessionClaimed and record.token_hash is not None:
         return "session_id_unverified"    # or held elsewhere: the store does not say which
     return "session_id_held"

@@ -85,7 +85,8 @@ def hold(state: State, sender: Session, run: Run, sub: Subagent, msg_id: str, te
     def failed(at: float, error: BusError) -> None:
         if item in run.held.get(sub.session_id, ()):
             run.held[sub.session_id].remove(item)
-        state.settle(state.registry.by_id.get(sender.id), msg_id, error)
+        state.settle(state.registry.by_id.get(sender.id), msg_id,
+                     run.refusal(error, state.cluster.endpoint))
 
     state.persist(run.saved(state.broker_id),
                   lambda at: state.settle(state.registry.by_id.get(sender.id), msg_id, answer),

@@ -26,7 +26,7 @@ from broker.core.kernel.records import RunEnded
 from broker.core.workflow.run_tree import Node, Run, build_nodes
 from broker.core.sessions.registry import Session
 from broker.core.workflow.stage_binding import save, set_host
-from broker.core.kernel.lifecycle import RunChanged, RunClosed, emit
+from broker.core.kernel.lifecycle import RunChanged, RunClosed, SessionChanged, emit
 from broker.core.kernel.state import State
 
 
@@ -42,6 +42,7 @@ def register_run(state: State, session: Session, env: dict, now: float) -> None:
     if late_router is not None and not isinstance(late_router, bool):
         raise BusError("invalid_params", detail="lateRouter must be true or false")
     run = state.runs.get(run_id)
+    created = run is None
     if run is None:
         state.hooks.check_run_here(state, run_id)
     if run is not None:
@@ -66,18 +67,21 @@ def register_run(state: State, session: Session, env: dict, now: float) -> None:
     set_host(state, run, session)
     if late_router is not None:
         run.late_router = late_router
+    joined = run.group not in session.groups
     _join(state, session, run)
     answer = {"runId": run_id, "group": run.group, "groups": list(session.groups),
               "runGrant": run_grant(state.grant_key, run), **_stages_and_grants(state, run)}
-    _answer_when_saved(state, session, env["id"], run, answer)
+    _answer_when_saved(state, session, env["id"], run, answer, created, joined)
     return None
 
 
 def _answer_when_saved(state: State, session: Session, re: str, run: Run,
-                       answer: dict[str, Any]) -> None:
+                       answer: dict[str, Any], created: bool, joined: bool) -> None:
     """Answer ``re`` once ``run``'s record is committed, as a queued send is: a run
     its host was told about survives a kill -9 right after the answer. A failed commit
-    is the answer (the host registers again)."""
+    is the answer (the host registers again). A save the store refused (another
+    broker owns the run: this one had not heard of it) undoes the run ``created``
+    here, so that one broker alone holds it, and the host is told ``run_moving``."""
     session_id = session.id
 
     def reply(now: float, value: dict[str, Any] | BusError) -> None:
@@ -85,7 +89,28 @@ def _answer_when_saved(state: State, session: Session, re: str, run: Run,
         if live is not None:
             state.answer(live, re, value)
 
-    state.persist(run.saved(state.broker_id), lambda now: reply(now, answer), reply)
+    def failed(now: float, error: BusError) -> None:
+        error = run.refusal(error, state.cluster.endpoint)
+        if error.code == "run_moving" and created and state.runs.get(run.run_id) is run:
+            _unregister(state, session_id, run, joined)
+        reply(now, error)
+
+    state.persist(run.saved(state.broker_id), lambda now: reply(now, answer), failed)
+
+
+def _unregister(state: State, session_id: str, run: Run, joined: bool) -> None:
+    """Forget ``run``, registered here by ``session_id`` but owned by another broker."""
+    del state.runs[run.run_id]
+    emit(state, RunClosed(run.run_id))
+    state.leased.discard(run.run_id)
+    for table in (state.hosted, state.hosted_before):
+        table.get(session_id, set()).discard(run.run_id)
+    live = state.registry.by_id.get(session_id)
+    if live is not None and joined and run.group in live.groups and len(live.groups) > 1:
+        change_groups(state, live, [g for g in live.groups if g != run.group])
+    elif live is not None:
+        emit(state, SessionChanged(live))    # the others learn it hosts the run no more
+    state.stats["runs.refused"] += 1
 
 
 def take_over(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:

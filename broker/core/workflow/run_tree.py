@@ -184,6 +184,13 @@ class Run:
                 "held": {k: list(v) for k, v in self.held.items() if v},
                 "stages": [n.record() for n in self.roots]}
 
+    def refusal(self, error: BusError, endpoint: str) -> BusError:
+        """What the waiter of a save of this run is told when ``error`` failed it: a
+        save the store refused (another broker owns the run) with this run and broker."""
+        if error.code != "run_moving":
+            return error
+        return BusError("run_moving", run_id=self.run_id, endpoint=endpoint)
+
     def saved(self, owner: str) -> RunSaved:
         """The record of this run as broker ``owner``, the one holding it, writes it:
         every run a broker persists names that broker its owner."""
