@@ -22,7 +22,6 @@ import zmq
 from zmq.backend import Socket as _RawSocket, zmq_poll
 
 from schemas.agent_config import load_agents
-from schemas.envelopes import error_result
 from schemas.errors import BusError
 from schemas.limits import LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import new_packer, pack_frames, unpack_frame
@@ -32,6 +31,8 @@ from broker.core.kernel import inputs
 from broker.core.kernel.commands import (AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadBrokers,
                                          ReadJobs, RenewLease)
 from broker.core.kernel.records import LeaseReleased, LeaseRenewed, Snapshot
+from .client_frames import client_frames
+from .frame_peer import peer_of
 from .curve import CurveError, CurveServer
 from .idle import IdleExit
 from .link_sockets import LinkSockets
@@ -65,20 +66,6 @@ _POLLIN = int(zmq.POLLIN)
 # The Cython send under pyzmq's Python wrapper: the wrapper's keyword handling costs
 # as much as the send itself, for arguments the shell never passes.
 _send = _RawSocket.send
-
-
-def peer_of(frame: zmq.Frame, tcp: bool) -> tuple[str, bool]:
-    """Who sent ``frame``: its CURVE key when there is one, else the transport's
-    peer (on ipc the client's uid:gid:pid, on TCP its address); and whether that is
-    only an address (``tcp``: the ROUTER serves TCP), shared by every client on a host."""
-    for prop in ("User-Id", "Peer-Address"):
-        try:
-            value = frame.get(prop)
-        except (zmq.ZMQError, KeyError, UnicodeDecodeError):
-            continue
-        if value:
-            return f"{prop}={value}", tcp and prop == "Peer-Address"
-    return "", tcp
 
 
 @dataclass
@@ -442,16 +429,9 @@ class Broker:
         router = self.router
         written = self._written
         sent = 0
+        stats = self.engine.stats
         for identity, envs in outbox.items():
-            if len(envs) == 1:
-                frame = encode(envs[0])
-                frames = [frame] if len(frame) <= MAX_INBOUND_FRAME_BYTES else \
-                    self._oversize(envs, encode)
-            else:
-                frames, oversize = pack_frames(envs, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES,
-                                               encode)
-                if oversize:
-                    frames += self._oversize(oversize, encode)
+            frames = client_frames(envs, encode, stats)
             size = 0
             for frame in frames:
                 try:
@@ -465,18 +445,6 @@ class Broker:
         self.frames_out += sent
         if writes:
             self.worker.submit(writes)
-
-    def _oversize(self, envs: list[dict], encode) -> list[bytes]:
-        """Envelopes too large for any client to read: dropped and counted; a request
-        one answers gets ``frame_too_large`` instead, so it fails instead of hanging."""
-        frames = []
-        for env in envs:
-            self.engine.stats["dropped.oversize"] += 1
-            if env.get("k") == "result" and env.get("re") is not None:
-                error = BusError("frame_too_large", size=len(encode(env)),
-                                 limit=MAX_INBOUND_FRAME_BYTES)
-                frames.append(encode(error_result(env["re"], error)))
-        return frames
 
     def _link(self, command, encode) -> None:
         """Execute a link command (see broker.core.cluster.links): the shell only moves frames."""
