@@ -54,7 +54,10 @@ class Authority(RuleBasedStateMachine):
             if me is None or target is None:
                 continue
             shared = set(me["groups"]) & set(target["groups"])
-            supervisor = command.env.get("supervisor") is True and me["parent"] == target["id"]
+            # The one cross-group path: a child to the supervisor whose grant launched it
+            # (a supervisor ask, or a send or ask by its full id or unique prefix),
+            # never the reverse and never anyone else in the supervisor's groups.
+            supervisor = me["parent"] == target["id"]
             if not shared and not supervisor:
                 self.violations.append(f"{sender!r} reached {command.identity!r} outside its groups")
 
