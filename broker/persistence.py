@@ -87,7 +87,6 @@ from __future__ import annotations
 import collections
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -96,6 +95,7 @@ import zmq
 from broker.core.kernel.commands import AdoptRuns, ReadJobs
 from broker.core.kernel.records import (InvocationSaved, LeaseRenewed, Record, Snapshot, StickyKept,
                                         StickyRow, refusal_code)
+from broker.core.kernel.secret_ids import new_hex_id
 from broker.store import UNAVAILABLE, Store
 from .commit_times import CommitTimes
 
@@ -153,7 +153,7 @@ class PersistenceWorker:
         self._retained: list[Record] = []  # unwaited records the store could not take yet
         self._lost = 0                     # retained records dropped since the last report
         # A fresh name: several brokers (tests) may share one context.
-        self._endpoint = f"inproc://intercom-persistence-{uuid.uuid4().hex}"
+        self._endpoint = f"inproc://intercom-persistence-{new_hex_id(32)}"
         self.socket: zmq.Socket = ctx.socket(zmq.PAIR)
         self.socket.linger = 0
         self.socket.bind(self._endpoint)

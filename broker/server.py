@@ -14,7 +14,6 @@ import gc
 import os
 import select
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from broker.core.kernel import inputs
 from broker.core.kernel.commands import (AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadBrokers,
                                          ReadJobs, RenewLease)
 from broker.core.kernel.records import LeaseReleased, LeaseRenewed, Snapshot
+from broker.core.kernel.secret_ids import new_hex_id
 from .client_frames import client_frames
 from .frame_peer import peer_of
 from .curve import CurveError, CurveServer
@@ -96,7 +96,7 @@ class Broker:
         self.settings = settings
         self._tcp = settings.endpoint.startswith("tcp://")
         self.log = get_logger("broker")
-        self.broker_id = uuid.uuid4().hex[:12]
+        self.broker_id = new_hex_id(12)
         self._stopping = False
         self._reload = False
         self._locks: list[int] = []

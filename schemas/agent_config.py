@@ -18,7 +18,6 @@ name are skipped with a problem string.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -100,12 +99,15 @@ def load_agent(config_dir: Path) -> tuple[AgentSettings, list[str]]:
     for name in FILES:
         path = config_dir / name
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-            settings = replace(settings, **parse_file(name, data))
+            text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             continue
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"agent config {path}: cannot read ({exc}); its defaults used")
+            continue
+        import tomllib  # here, not at the top: most starts read no agent file, and it costs ~8 ms
+        try:
+            settings = replace(settings, **parse_file(name, tomllib.loads(text)))
         except tomllib.TOMLDecodeError as exc:
             problems.append(f"agent config {path}: invalid TOML ({exc}); its defaults used")
         except AgentConfigError as exc:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import secrets
 import zlib
-import uuid
 from typing import Any, Callable, Mapping
 
 from schemas.agent_config import AgentSettings
@@ -53,6 +52,7 @@ from broker.core.kernel.records import (InvocationSaved, InvocationState, LeaseR
                                         StickyRow)
 from broker.core.sessions.registry import Registry
 from broker.core.sessions.identity_table import IdentityRecord
+from broker.core.kernel.secret_ids import new_session_id, new_token
 from broker.core.kernel.state import Limits, State
 from broker.core.workflow.sticky_queue import SEQ_TAG_BITS
 
@@ -62,22 +62,14 @@ SWEEP_INTERVAL_S = 0.5
 EXPIRE_PER_SWEEP = 64
 
 
-def _random_id() -> str:
-    return str(uuid.uuid4())
-
-
-def _random_token() -> str:
-    return uuid.uuid4().hex + uuid.uuid4().hex
-
-
 class Engine:
     """All routing state of one broker, behind one entry point (:meth:`handle`). See the
     module docstring."""
 
     def __init__(self, *, broker_id: str = "broker", limits: Limits = Limits(),
                  identities: dict[str, IdentityRecord] | None = None,
-                 new_id: Callable[[], str] = _random_id,
-                 new_token: Callable[[], str] = _random_token,
+                 new_id: Callable[[], str] = new_session_id,
+                 new_token: Callable[[], str] = new_token,
                  warnings: list[str] | None = None, pub_endpoint: str | None = None,
                  endpoint: str = "", lease_s: float = LEASE_S, curve_public: str = "") -> None:
         self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import uuid
 from typing import Any
 
 from schemas import envelopes
@@ -51,6 +50,7 @@ from broker.core.sessions.registry import Session
 from broker.core.workflow.paths import path_run
 from broker.core.workflow.stage_binding import bind, host_returned, stage_home
 from broker.core.kernel.lifecycle import SessionLeft, SessionOpened, emit
+from broker.core.kernel.secret_ids import is_uuid
 from broker.core.kernel.state import State
 
 NOT_REMEMBERED = "that id is not remembered here and came without a reclaim secret"
@@ -359,7 +359,7 @@ def _grant_id(state: State, env: dict) -> tuple[str, str | None, str | None]:
     wanted = env.get("sessionId")
     if not wanted:
         return state.new_id(), None, None
-    if not _is_uuid(wanted):
+    if not is_uuid(wanted):
         return state.new_id(), "not a session id this broker issues", None
     token = env.get("token")
     held = state.registry.by_id.get(wanted)
@@ -385,8 +385,3 @@ def _token_ok(session: Session, token: Any) -> bool:
     return isinstance(token, str) and token == session.token
 
 
-def _is_uuid(value: str) -> bool:
-    try:
-        return str(uuid.UUID(value)) == value.lower() and len(value) == 36
-    except ValueError:
-        return False
