@@ -33,12 +33,25 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
                           str(Path(tempfile.gettempdir()) / f"intercom-pycache-{os.getuid()}"))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    """In the xdist controller, before its workers start: fill the bytecode cache once
+    (tests/bytecode_warmup.py) so that the workers do not each compile everything."""
+    config = session.config
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        from tests.bytecode_warmup import warm
+        warm(ROOT)
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
-    """``-n auto`` (the suite's default): two workers per core. Most of an integration
+    """``-n auto`` (the suite's default): three workers per core. Most of an integration
     test's time is spent waiting on a broker process, a client's timeout or a child's
-    start, so a second worker per core fills those waits; the CPU-bound tests are
-    scheduled first (below), while every worker has work."""
-    return 2 * (os.cpu_count() or 1)
+    start, and with two per core a fifth of the CPU sat idle in the run's second half;
+    the CPU-bound tests are scheduled first (below), while every worker has work. With
+    the bytecode cache warmed first, a worker costs little more than its collection
+    (3 s of CPU). Measured here, whole runs: 4 workers 189 s, 5 184 s, 6 168-175 s,
+    8 187 s."""
+    return 3 * (os.cpu_count() or 1)
 
 
 def pytest_collection_modifyitems(items):
