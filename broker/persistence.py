@@ -333,9 +333,10 @@ class PersistenceWorker:
             kept_rows = [(t, kept[id(record)]) for t, record in items
                          if t is not None and id(record) in kept]
             settled = {t for t, _ in refusals} | {t for t, _ in kept_rows}
-            # Nobody waits for the rest (a run saved again after another broker took it):
-            # the store's copy stands, so they are dropped, not retried.
-            dropped = len(refused) - len(settled)
+            # Refused records nobody waits for (a run saved again after another broker
+            # took it): the store's copy stands, so they are dropped, not retried.
+            dropped = sum(1 for t, record in items
+                          if t is None and (id(record) in ids or id(record) in kept))
             done = [t for t in tickets if t not in settled]
         read_error = None
         for dead in adoptions:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import random
 
+from schemas.uuids import v4_from_bits
+
 # A generator of the client's own: the module-level one is shared with whatever else
 # runs in the process, and test tools reseed it (hypothesis to the same seed for each
 # example, pytest-randomly for each test), which would repeat ids; and drawing from it
 # on the IO thread would disturb their reproducible runs.
 _generator = random.Random()
 _bits = _generator.getrandbits
-_V4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_V4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_generator.seed)    # a forked child draws anew
@@ -24,5 +24,4 @@ def new_message_id() -> str:
     Message ids need to be unique, not secret: the generator (seeded from urandom,
     reseeded in forked children) gives 122 random bits like uuid4 does.
     """
-    h = f"{_bits(128) & _V4_CLEAR | _V4_SET:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return v4_from_bits(_bits(128))

@@ -36,9 +36,11 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session):
     """In the xdist controller, before its workers start: fill the bytecode cache once
-    (tests/bytecode_warmup.py) so that the workers do not each compile everything."""
+    (tests/bytecode_warmup.py) so that the workers do not each compile everything.
+    Only for the whole suite: a run of some files would pay for collecting all."""
     config = session.config
-    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None) \
+            and config.args_source is pytest.Config.ArgsSource.TESTPATHS:
         from tests.bytecode_warmup import warm
         warm(ROOT)
 

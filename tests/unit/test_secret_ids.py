@@ -2,7 +2,8 @@
 
 import uuid
 
-from broker.core.kernel.secret_ids import is_uuid, new_hex_id, new_session_id, new_token
+from broker.core.kernel.secret_ids import new_hex_id, new_session_id, new_token
+from schemas.uuids import is_uuid
 
 
 def test_a_session_id_is_a_canonical_version_4_uuid_and_never_repeats():

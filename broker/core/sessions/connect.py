@@ -27,6 +27,7 @@ import hmac
 from typing import Any
 
 from schemas import envelopes
+from schemas.uuids import is_uuid
 from schemas.errors import BusError
 from schemas.groups import clean_group, has_control_chars, resolve_home_group
 from schemas.limits import MAX_NAME_CHARS
@@ -50,7 +51,6 @@ from broker.core.sessions.registry import Session
 from broker.core.workflow.paths import path_run
 from broker.core.workflow.stage_binding import bind, host_returned, stage_home
 from broker.core.kernel.lifecycle import SessionLeft, SessionOpened, emit
-from broker.core.kernel.secret_ids import is_uuid
 from broker.core.kernel.state import State
 
 NOT_REMEMBERED = "that id is not remembered here and came without a reclaim secret"
@@ -383,5 +383,3 @@ def _secret_ok(state: State, session_id: str, token: Any) -> bool:
 
 def _token_ok(session: Session, token: Any) -> bool:
     return isinstance(token, str) and token == session.token
-
-
