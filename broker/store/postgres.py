@@ -19,8 +19,9 @@ Invariants:
   transaction under an advisory lock, so brokers starting at once take turns; a
   newer schema is refused (:class:`SchemaError`);
 * a connection lost while serving fails the batch (nothing of it is kept) with an
-  error :meth:`PostgresStore.failure_code` calls unavailable, and the next use opens
-  a new one (see :mod:`broker.store.postgres_connection`).
+  error :meth:`PostgresStore.failure_code` calls unavailable; a new one is opened in
+  the background, and until it is every use fails at once; every call but ``load``
+  is cut past ``CALL_LIMIT_S`` (see :mod:`broker.store.postgres_connection`).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, 
 from broker.store import (FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, UNAVAILABLE,
                           SchemaError, StoreOpenError, named_ids, writers_of)
 from broker.store import postgres_schema as sql
-from broker.store.postgres_connection import (UNAVAILABLE_ERRORS, Connection, lock_key,
-                                              open_connection)
+from broker.store.postgres_connection import (CALL_LIMIT_S, UNAVAILABLE_ERRORS, Connection,
+                                              lock_key, open_connection)
 from broker.store.postgres_problems import open_problem
 from broker.store.postgres_sticky import StickyBurst, sticky_row
 from broker.store.sql_shared import fields_by_name, pack as _pack, read_runs, unpack as _unpack
@@ -55,6 +56,9 @@ SCHEMA_VERSION = sql.SCHEMA_VERSION
 LOAD_ERRORS = (psycopg.Error, msgpack.UnpackException, ValueError, TypeError)
 
 Deferred = Callable[[], Any]     # a writer's outcome, read once the pipeline is synced
+# The records whose writes are fenced by their run's owner and epoch (see sql.FENCE);
+# RunSaved is its own fence (an upsert locks its row).
+_FENCED = frozenset({RunEnded, StickySaved, StickyAnswered, StickyDelivery, StickyDropped})
 
 
 def connect(url: str, schema: str | None = None) -> PostgresStore:
@@ -113,14 +117,16 @@ class PostgresStore:
         opened = self.connection.reconnects
         conn = self.connection.get()
         try:
-            return self._apply_on(conn, records)
+            with self.connection.bounded(conn):
+                return self._apply_on(conn, records)
         except UNAVAILABLE_ERRORS:
             if not self._forget_if_broken(conn) or self._committing \
                     or self.connection.reconnects != opened:
                 raise
         conn = self.connection.get()
         try:
-            return self._apply_on(conn, records)
+            with self.connection.bounded(conn):
+                return self._apply_on(conn, records)
         except UNAVAILABLE_ERRORS:
             self._forget_if_broken(conn)
             raise
@@ -132,6 +138,9 @@ class PostgresStore:
             with conn.transaction(), conn.pipeline() as pipeline:
                 self._cursor = conn.cursor()
                 deferred: list[tuple[Record, Deferred]] = []
+                fenced = sorted({r.run_id for r in records if type(r) in _FENCED and r.epoch})
+                if fenced:
+                    self._cursor.execute(sql.LOCK_RUNS, {"runs": fenced})
                 for record in records:
                     try:
                         writer = self._writers[type(record)]
@@ -170,7 +179,7 @@ class PostgresStore:
     def load(self, owner: str | None = None, gone: Sequence[str] = ()) -> Snapshot:
         """The committed state, oldest first; see :meth:`broker.store.Store.load`."""
         gone = list(gone)
-        with self._transaction() as cur:
+        with self._transaction(limit_s=None) as cur:     # at start: as long as it takes
             if owner is None:
                 run_ids = [row["run_id"] for row in _rows(cur, sql.ALL_RUN_IDS)]
                 owners = {}
@@ -231,8 +240,8 @@ class PostgresStore:
     def close(self) -> None:
         self.connection.close()
 
-    def _transaction(self):
-        return _Transaction(self.connection)
+    def _transaction(self, limit_s: float | None = CALL_LIMIT_S):
+        return _Transaction(self.connection, limit_s)
 
     # -- writers, one per record type (broker.store.RECORD_HANDLERS); each sends its
     # statements into the batch's pipeline and returns None, or what to read after it
@@ -319,21 +328,32 @@ class _Transaction:
     """A transaction on the store's connection with a dict-row cursor; a connection
     lost meanwhile is dropped, so the next use opens another."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, limit_s: float | None = CALL_LIMIT_S) -> None:
         self._connection = connection
+        self._limit_s = limit_s
 
     def __enter__(self) -> psycopg.Cursor:
         self._conn = self._connection.get()
-        self._tx = self._conn.transaction()
-        self._tx.__enter__()
+        self._bound = self._connection.bounded(self._conn, self._limit_s)
+        self._bound.__enter__()
+        try:
+            self._tx = self._conn.transaction()
+            self._tx.__enter__()
+        except BaseException:
+            self._leave()
+            raise
         return self._conn.cursor(row_factory=dict_row)
 
     def __exit__(self, kind, exc, tb) -> bool | None:
         try:
             return self._tx.__exit__(kind, exc, tb)
         finally:
-            if self._conn.broken or self._conn.closed:
-                self._connection.drop()
+            self._leave()
+
+    def _leave(self) -> None:
+        self._bound.__exit__(None, None, None)
+        if self._conn.broken or self._conn.closed:
+            self._connection.drop()
 
 
 def _rows(cur: psycopg.Cursor, statement: str, params: dict[str, Any] | None = None

@@ -2,10 +2,17 @@
 it is opened again after the server went away, and what its failures mean.
 
 The persistence worker is the store's only user, one batch at a time, so the pool
-is one connection (:class:`Connection`): it is opened on demand, dropped when it
-breaks, and opened again at the next use, at most once per :data:`RECONNECT_S`;
-between attempts a use fails at once (:class:`ServerGone`), so a durable request is
-answered ``store_unavailable`` without waiting on a server that is not there.
+is one connection (:class:`Connection`): it is opened on demand and dropped when it
+breaks. Once it broke (or could not be opened), the server is known to be down: a
+:class:`~broker.store.postgres_liveness.Reconnector` opens a new one in the
+background, an attempt at most every :data:`RECONNECT_S` after a failed one, and
+until it has one every use fails at once (:class:`ServerGone`), so a durable request
+is answered ``store_unavailable`` without waiting on a server that is not there. The
+first use after a loss waits up to :data:`FIRST_WAIT_S` for the first attempt (a
+server that restarted meanwhile costs no write); the first use after the
+reconnector succeeded gets the new connection. A call on a connection (a batch, a
+read) is cut after :data:`CALL_LIMIT_S` (:class:`~broker.store.postgres_liveness.CallLimit`),
+so a server whose packets are dropped mid-call costs a bounded wait, not the kernel's.
 
 Invariants:
 
@@ -23,13 +30,19 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 from psycopg.types.string import StrDumperUnknown, TextLoader
 
+from broker.store.postgres_liveness import CallLimit, Reconnector
+
 CONNECT_TIMEOUT_S = 3        # libpq's minimum is 2; a refused port fails at once anyway
-RECONNECT_S = 0.5            # a lost server is tried again at most this often
+RECONNECT_S = 0.5            # pause after a failed reconnect attempt before the next
+FIRST_WAIT_S = 0.5           # the first use after a loss waits this long for a reconnect
+CALL_LIMIT_S = 4.0           # a call (a batch, a read) still running then is cut: well
+                             # under a client's 10 s, well over a healthy commit
 LOCK_TIMEOUT_MS = 1000       # a row another broker's transaction holds longer is unavailable
 # A server that stops answering on an open TCP connection is given up on after this
 # long (libpq's TCP options; ignored on unix sockets, where the kernel tells at once).
@@ -92,30 +105,64 @@ def open_connection(url: str, schema: str, connect_timeout: int = CONNECT_TIMEOU
 
 
 class Connection:
-    """The store's connection, opened again on demand after a loss (see the module
-    docstring). One thread uses it at a time."""
+    """The store's connection, opened again in the background after a loss (see the
+    module docstring). One thread uses it at a time."""
 
     def __init__(self, url: str, schema: str, conn: psycopg.Connection) -> None:
         self.url = url
         self.schema = schema
         self._conn: psycopg.Connection | None = conn
-        self._next_attempt = 0.0
+        self._reconnector: Reconnector | None = None    # running while the server is down
+        self._limit = CallLimit()
+        self._closed = False
         self.reconnects = 0
 
+    @property
+    def down(self) -> bool:
+        """Whether the server is known to be down (a reconnect is being tried)."""
+        return self._reconnector is not None
+
     def get(self) -> psycopg.Connection:
-        """The open connection. Raises ServerGone while none can be had yet, psycopg's
-        OperationalError when opening one fails now."""
+        """The open connection. Raises ServerGone while none can be had (the server is
+        known to be down, or the first reconnect attempt after a loss failed)."""
         conn = self._conn
         if conn is not None and not conn.broken and not conn.closed:
             return conn
         self.drop()
-        now = time.monotonic()
-        if now < self._next_attempt:
-            raise ServerGone("the PostgreSQL connection is lost; trying again shortly")
-        self._next_attempt = now + RECONNECT_S
-        self._conn = open_connection(self.url, self.schema)
+        if self._closed:
+            raise ServerGone("the PostgreSQL store is closed")
+        reconnector = self._reconnector
+        wait_s = 0.0
+        if reconnector is None:
+            reconnector = self._reconnector = Reconnector(self._open, RECONNECT_S)
+            wait_s = FIRST_WAIT_S
+        conn = reconnector.take(wait_s)
+        if conn is None:
+            why = reconnector.error
+            raise ServerGone("the PostgreSQL server cannot be reached"
+                             + (f" ({_one_line(why)})" if why is not None else "")
+                             + "; trying again in the background")
+        self._reconnector = None
+        self._conn = conn
         self.reconnects += 1
-        return self._conn
+        return conn
+
+    @contextmanager
+    def bounded(self, conn: psycopg.Connection, seconds: float | None = CALL_LIMIT_S
+                ) -> Iterator[psycopg.Connection]:
+        """Run the body as one call on ``conn`` (from :meth:`get`), cut past ``seconds``
+        (None: not bounded). A cut call raises psycopg's OperationalError with ``conn``
+        broken; drop it after the block, not inside it."""
+        if seconds is None:
+            yield conn
+            return
+        with self._limit.bounded(conn.pgconn.socket, seconds):
+            yield conn
+
+    @property
+    def cuts(self) -> int:
+        """Calls cut at their limit so far."""
+        return self._limit.cuts
 
     def drop(self) -> None:
         """Forget the connection (after a failure that may have broken it)."""
@@ -127,5 +174,18 @@ class Connection:
                 pass
 
     def close(self) -> None:
+        """Close for good: no reconnect, the background threads end."""
+        self._closed = True
+        if self._reconnector is not None:
+            self._reconnector.stop()
+            self._reconnector = None
+        self._limit.close()
         self.drop()
-        self._next_attempt = float("inf")     # closed for good: no reconnect
+
+    def _open(self) -> psycopg.Connection:
+        return open_connection(self.url, self.schema)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines[:2]) if lines else type(exc).__name__

@@ -7,8 +7,10 @@ At start, a server that refuses or never answers ends the broker with one
 seconds. While serving, a server gone makes durable requests answer
 ``store_unavailable`` at once while live traffic goes on; the broker reconnects by
 itself when the server is back, and nothing it answered ``queued`` is lost, across
-the server's restart and a kill -9 of the broker. Every wait is on a process exit, a
-reply, or a condition with a deadline.
+the server's restart and a kill -9 of the broker. A server cut off (packets dropped,
+not refused: a proxy that goes silent) costs the request in flight a bounded wait,
+well under a client's timeout, and every later one nothing. Every wait is on a
+process exit, a reply, or a condition with a deadline.
 """
 
 from __future__ import annotations
@@ -28,12 +30,16 @@ from tests.integration.multi_broker import Cluster, others_live, query, sees, wa
 from tests.integration.workflow_helpers import (assert_refused, granted, new_run_id, ok, path,
                                                 queue, run_row, send, stage_row, start_stage,
                                                 take)
+from tests.blackhole_proxy import BlackholeProxy
 from tests.postgres_server import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
 START_BOUND_S = 8.0        # python start-up (~0.5-3 s on a busy VM) + libpq's 3 s timeout
 FAST_ANSWER_S = 3.0        # a durable send refused while the server is gone
+CUT_ANSWER_S = 7.0         # the first durable send once the server is cut off: the call
+                           # limit (4 s) and the first reconnect's wait (0.5 s), with slack
+KNOWN_DOWN_ANSWER_S = 1.0  # each later one, the outage known (it never touches the network)
 STAGES = [{"name": "plan"}]
 
 
@@ -151,6 +157,56 @@ def test_a_server_gone_refuses_durable_sends_at_once_and_nothing_queued_is_lost(
         for session in sessions:
             session.close()
         broker.stop()
+
+
+def test_a_server_cut_off_costs_one_bounded_wait_then_durable_sends_are_refused_at_once(
+        tmp, postgres_server):
+    from client import Client
+    schema = postgres_server.take_schema()
+    proxy = BlackholeProxy(postgres_server.port)
+    db = f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres?schema={schema}"
+    broker = start_broker(tmp, "--db", db)
+    sessions = []
+
+    def connect(name: str, **kwargs):
+        session = Client.connect(name=name, endpoint=broker.endpoint, timeout=15, **kwargs)
+        sessions.append(session)
+        return session
+
+    try:
+        wait_ready(broker.endpoint, broker.proc)
+        host, alice, bob = connect("host"), connect("alice"), connect("bob")
+        run = new_run_id()
+        granted(ok(host.register_run(run, STAGES)))
+        assert queue(host, path(run, "plan"), "before")["position"] == 1
+
+        proxy.drop()                              # nothing answered, nothing refused
+        refused, first = timed(lambda: send(host, path(run, "plan"), "first while cut"))
+        assert_refused(refused, "store_unavailable", error_text("store_unavailable"))
+        assert first < CUT_ANSWER_S, first
+        for n in range(5):
+            refused, seconds = timed(lambda: send(host, path(run, "plan"), f"cut {n}"))
+            assert_refused(refused, "store_unavailable")
+            assert seconds < KNOWN_DOWN_ANSWER_S, (n, seconds)
+        assert ok(send(alice, bob.id, "live while cut")).get("delivered") is True
+        assert bob.receive(10)["message"] == "live while cut"
+        connect("carol")                          # her identity waits for the server
+
+        proxy.heal()
+        healed = time.monotonic()
+        while not (answer := send(host, path(run, "plan"), "after")).get("ok"):
+            assert answer.get("code") == "store_unavailable", answer
+            assert time.monotonic() - healed < 15, "the broker never reconnected"
+        assert (answer["queued"], answer["position"]) == (True, 2), answer
+        wait_until(lambda: "carol" in {row[0] for row in query(db, "SELECT name FROM session_identity")},
+                   10, "the identity held while cut off is written")
+        stage = start_stage(connect, run, "plan")
+        assert [m["message"] for m in take(stage, 2)] == ["before", "after"]
+    finally:
+        for session in sessions:
+            session.close()
+        broker.stop()
+        proxy.close()
 
 
 # -- several hosts -------------------------------------------------------------------------

@@ -13,8 +13,9 @@ import pytest
 from broker.core.kernel.records import InvocationState, LeaseRenewed, RunSaved, SessionClaimed
 from broker.store import UNAVAILABLE, SchemaError, StoreOpenError
 from broker.store.postgres import SCHEMA_VERSION, PostgresStore, connect
-from broker.store.postgres_connection import RECONNECT_S
+from broker.store.postgres_connection import CALL_LIMIT_S, FIRST_WAIT_S, RECONNECT_S
 from broker.store.urls import display_url, split_url
+from tests.blackhole_proxy import BlackholeProxy
 from tests.postgres_server import PostgresMissing, free_port, start_server
 
 from .store_helpers import NOW, entry, job
@@ -206,3 +207,41 @@ def test_a_server_restarted_while_the_store_was_idle_costs_no_write(restartable)
         assert [run.run_id for run in store.load().runs] == ["before", "after"]
     finally:
         store.close()
+
+
+def test_a_server_cut_off_costs_one_bounded_call_then_uses_fail_at_once_until_it_answers(
+        postgres_server):
+    proxy = BlackholeProxy(postgres_server.port)
+    schema = postgres_server.take_schema()
+    store = PostgresStore.open(f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres",
+                               schema)
+    try:
+        store.apply([RunSaved("before", {})])
+        proxy.drop()                        # packets dropped: nothing refused, nothing said
+        started = time.monotonic()
+        with pytest.raises(Exception) as failed:
+            store.apply([RunSaved("cut", {})])
+        assert store.failure_code(failed.value) == UNAVAILABLE
+        assert time.monotonic() - started < CALL_LIMIT_S + FIRST_WAIT_S + 1.0
+        assert store.connection.cuts == 1 and store.connection.down
+        for _ in range(20):                 # the outage is known: no connect timeout paid
+            started = time.monotonic()
+            with pytest.raises(Exception) as failed:
+                store.apply([RunSaved("during", {})])
+            assert store.failure_code(failed.value) == UNAVAILABLE
+            assert time.monotonic() - started < 0.05
+        proxy.heal()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert store.apply([RunSaved("after", {})]) == []
+                break
+            except Exception as exc:
+                assert store.failure_code(exc) == UNAVAILABLE
+                assert time.monotonic() < deadline, "never reconnected"
+                time.sleep(RECONNECT_S / 2)    # paced by the store itself: not a settle
+        assert not store.connection.down
+        assert [run.run_id for run in store.load().runs] == ["before", "after"]
+    finally:
+        store.close()
+        proxy.close()
