@@ -1,0 +1,182 @@
+"""The checker: the invariants, judged over one round's recorded histories.
+
+What it owns: :func:`check`, from the workers' histories and the sampler's lines to a
+:class:`Verdict`. The invariants (each a column of the report):
+
+- every send answered ``queued`` is received by its stage exactly once (``lost``:
+  never, ``doubled``: more than once; receipts are counted by the token in the
+  message's body, so a copy under another message id counts too);
+- no workflow run is held by two brokers at once (``two_holders_s``): at each
+  PostgreSQL sample, a run's holders are its ``owner`` row there and every broker
+  whose own overview, answered within :data:`FRESH_S`, lists it in memory;
+- no session id is taken from its client (a session whose id differs from the one it
+  connected with) nor served by two brokers at once (their overviews) (``ids_lost``);
+- every live send answered ``delivered`` is received (``delivered_not_received``);
+- no call stays unanswered past its timeout (``hung``: no completion, or a completion
+  later than :data:`HUNG_AFTER_S` after the call).
+
+It also measures, per side (the sessions whose home is one broker), the longest
+stretch of refusals in a row (``unavailable_s``), to read against the lease, and the
+longest call (``slowest_s``: a call a failover answered late is no refusal).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FRESH_S = 1.5                  # an overview older than this says nothing about now
+HUNG_AFTER_S = {"send": 15.0, "ask": 15.0, "register": 15.0, "connect": 20.0}
+NOT_A_REFUSAL = {"queue_full"}     # the 50-entry cap: the bus answering as it should
+
+
+@dataclass
+class Verdict:
+    queued: int = 0
+    lost: list[str] = field(default_factory=list)
+    doubled: list[str] = field(default_factory=list)
+    two_holders_s: float = 0.0
+    two_holders: list[str] = field(default_factory=list)     # "run: b1+b2 from..to"
+    ids_lost: list[str] = field(default_factory=list)
+    delivered: int = 0
+    delivered_not_received: list[str] = field(default_factory=list)
+    hung: list[str] = field(default_factory=list)
+    unavailable_s: dict[str, float] = field(default_factory=dict)
+    slowest_s: dict[str, float] = field(default_factory=dict)     # longest call, per side
+    codes: Counter = field(default_factory=Counter)
+
+    @property
+    def failed(self) -> list[str]:
+        """The invariants that do not hold, by column name."""
+        checks = {"lost": self.lost, "doubled": self.doubled, "two_holders": self.two_holders,
+                  "ids_lost": self.ids_lost, "delivered_not_received": self.delivered_not_received,
+                  "hung": self.hung}
+        return [name for name, found in checks.items() if found]
+
+
+def read_lines(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:    # a line cut short by a killed worker
+            pass
+    return out
+
+
+def expected(histories: list[list[dict]]) -> tuple[set[str], set[str]]:
+    """The tokens answered ``queued`` and those answered ``delivered`` (live sends)."""
+    queued, delivered = set(), set()
+    for events in histories:
+        for e in events:
+            if e["type"] == "complete" and e["f"] == "send" and e["ok"]:
+                (queued if e["queued"] else delivered if e["delivered"] else set()).add(e["token"])
+    return queued, delivered
+
+
+def receipts(histories: list[list[dict]]) -> Counter:
+    return Counter(e["token"] for events in histories for e in events if e["type"] == "recv")
+
+
+def check(histories: list[list[dict]], samples: list[dict], names: dict[str, str],
+          end: float) -> Verdict:
+    """``names``: broker id -> broker name (a restarted broker's ids map to one name);
+    ``end``: when traffic stopped (a refusal stretch still open ends there)."""
+    verdict = Verdict()
+    queued, delivered = expected(histories)
+    got = receipts(histories)
+    verdict.queued, verdict.delivered = len(queued), len(delivered)
+    verdict.lost = sorted(t for t in queued if got[t] == 0)
+    verdict.doubled = sorted(t for t, n in got.items() if n > 1 and not t.startswith("re:"))
+    verdict.delivered_not_received = sorted(t for t in delivered if got[t] == 0)
+    for events in histories:
+        _calls(events, verdict, end)
+        _ids(events, verdict)
+    _holders(samples, names, verdict)
+    return verdict
+
+
+def _calls(events: list[dict], verdict: Verdict, end: float) -> None:
+    invoked = {e["op"]: e for e in events if e["type"] == "invoke"}
+    done = [e for e in events if e["type"] == "complete"]
+    for e in done:
+        invoked.pop(e["op"], None)
+        verdict.codes[f"{e['f']}:{'ok' if e['ok'] else e['code']}"] += 1
+        took = e["t"] - e.get("invoked", e["t"])
+        side = e.get("side") or "?"
+        verdict.slowest_s[side] = max(verdict.slowest_s.get(side, 0.0), took)
+        if took > HUNG_AFTER_S.get(e["f"], 15.0):
+            verdict.hung.append(f"{e['f']} {e.get('token', '')} took {took:.1f} s")
+    for e in invoked.values():
+        verdict.hung.append(f"{e['f']} {e.get('token', '')} never answered")
+    failing: dict[str, float] = {}
+    for e in sorted(done, key=lambda e: e["t"]):
+        side = e.get("side") or "?"
+        if e["ok"]:
+            if side in failing:
+                stretch = e["t"] - failing.pop(side)
+                verdict.unavailable_s[side] = max(verdict.unavailable_s.get(side, 0.0), stretch)
+        elif e["code"] not in NOT_A_REFUSAL:
+            failing.setdefault(side, e.get("invoked", e["t"]))
+            verdict.unavailable_s.setdefault(side, 0.0)
+    for side, since in failing.items():
+        verdict.unavailable_s[side] = max(verdict.unavailable_s.get(side, 0.0), end - since)
+
+
+def _ids(events: list[dict], verdict: Verdict) -> None:
+    ids: dict[str, list[str]] = defaultdict(list)
+    for e in events:
+        if e["type"] == "session" and e.get("id") and e["id"] not in ids[e["session"]]:
+            ids[e["session"]].append(e["id"])
+    for label, seen in ids.items():
+        if len(seen) > 1:
+            verdict.ids_lost.append(f"{label}: {' -> '.join(s[:8] for s in seen)}")
+
+
+def _holders(samples: list[dict], names: dict[str, str], verdict: Verdict) -> None:
+    """Walk the PostgreSQL samples in time; at each, who holds each run, and which
+    session ids two brokers serve."""
+    latest: dict[str, dict] = {}            # broker name -> its last answered overview
+    open_since: dict[tuple, float] = {}     # (run, holders) -> first seen
+    twice: dict[str, str] = {}
+    owners: dict[str, str] = {}
+    previous = None
+    for s in sorted(samples, key=lambda s: s["t"]):
+        if s["type"] == "overview":
+            if "error" not in s:
+                latest[s["broker"]] = s
+            continue
+        if "owners" in s:
+            owners = s["owners"]
+        now = s["t"]
+        holders: dict[str, set[str]] = defaultdict(set)
+        serving: dict[str, set[str]] = defaultdict(set)
+        for run, owner in owners.items():
+            if owner:
+                holders[run].add(names.get(owner, owner))
+        for name, view in latest.items():
+            if now - view["t"] <= FRESH_S:
+                for run in view["runs"]:
+                    holders[run].add(name)
+                for sid in view["sessions"]:
+                    serving[sid].add(name)
+        doubled = {run: frozenset(h) for run, h in holders.items() if len(h) > 1}
+        if doubled and previous is not None:
+            verdict.two_holders_s += min(now - previous, 1.0)
+        for run, who in doubled.items():
+            open_since.setdefault((run, who), now)
+        for key in [k for k in open_since if doubled.get(k[0]) != k[1]]:
+            verdict.two_holders.append(f"{key[0]}: {'+'.join(sorted(key[1]))} "
+                                       f"for {now - open_since.pop(key):.1f} s")
+        for sid, who in serving.items():
+            if len(who) > 1:
+                twice[sid] = "+".join(sorted(who))
+        previous = now
+    for (run, who), since in open_since.items():
+        verdict.two_holders.append(f"{run}: {'+'.join(sorted(who))} "
+                                   f"for {previous - since:.1f} s (at the end)")
+    verdict.ids_lost += [f"{sid[:8]} served by {who}" for sid, who in twice.items()]

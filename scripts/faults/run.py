@@ -1,0 +1,117 @@
+"""The fault harness's entry point: rounds of faults against brokers on PostgreSQL
+across network namespaces, judged by the checker, printed as one table.
+
+Usage (as root): python3 scripts/faults/run.py [--faults a,b,...] [--repeats 2]
+                     [--seconds 60] [--brokers 3] [--keep DIR]
+
+Faults (see faults/nemesis.py): a broker cut from PostgreSQL (a), from the other
+brokers (b), its clients cut from it (c), paused past its lease (d), PostgreSQL
+killed (e), a minority split (f), a broker killed in a partition (g), clock skew (h).
+Each round is a fresh bus (a schema of its own on one server) with its own traffic.
+Exit status: 0 when every invariant held in every round, 1 when one failed, 2 when
+the harness could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):     # run as a script: make "faults" and the project importable
+    ROOT = Path(__file__).resolve().parents[2]
+    sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+from faults.nemesis import FAULTS  # noqa: E402
+from faults.net import NetworkError  # noqa: E402
+from faults.rounds import Round, Timing, open_testbed, play, summary  # noqa: E402
+
+COLUMNS = ["fault", "answered queued", "lost", "doubled", "two brokers holding one run (s)",
+           "ids lost", "delivered-not-received", "hung", "unavailable s (per side)"]
+
+
+def row(round_: Round) -> list[str]:
+    s = summary(round_)
+    sides = ", ".join(f"{k} {v:g}" for k, v in s["unavailable_s"].items()) or "0"
+    return [f"{s['fault']}: {round_.fault.title}", str(s["queued"]), str(s["lost"]),
+            str(s["doubled"]), f"{s['two_holders_s']:g}", str(s["ids_lost"]),
+            str(s["delivered_not_received"]), str(s["hung"]), sides]
+
+
+def table(rounds: list[Round]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row(r)) + " |" for r in rounds]
+    return "\n".join(lines)
+
+
+def details(round_: Round, lease_s: float) -> str:
+    v = round_.verdict
+    out = [f"### {round_.fault.letter}: {round_.fault.title}"]
+    out += [f"  set-up: {note}" for note in round_.notes]
+    out += [f"  {t:6.1f} s  {what}" for t, what in round_.timeline]
+    out.append(f"  drain waited {round_.drained_s:.1f} s; files in {round_.files}")
+    sides = ", ".join(f"{k} {s:.1f} s" for k, s in sorted(v.unavailable_s.items()))
+    out.append(f"  longest refusals in a row per side (lease {lease_s:g} s): {sides or 'none'}")
+    slowest = ", ".join(f"{k} {s:.1f} s" for k, s in sorted(v.slowest_s.items()))
+    out.append(f"  longest call per side: {slowest}")
+    for title, found in (("lost", v.lost), ("doubled", v.doubled),
+                         ("two brokers holding one run", v.two_holders), ("ids lost", v.ids_lost),
+                         ("delivered, not received", v.delivered_not_received), ("hung", v.hung)):
+        if found:
+            shown = ", ".join(found[:8]) + (f", ... ({len(found)} in all)" if len(found) > 8 else "")
+            out.append(f"  {title}: {shown}")
+    out.append("  answers: " + ", ".join(f"{k} {n}" for k, n in sorted(v.codes.items())))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--faults", default=",".join(FAULTS), help="letters, comma-separated")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=60.0, help="traffic per round")
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--hold", type=float, default=20.0, help="seconds a fault holds")
+    parser.add_argument("--keep", type=Path, help="keep the histories in this new directory")
+    args = parser.parse_args(argv)
+    letters = [f.strip() for f in args.faults.split(",") if f.strip()]
+    unknown = [f for f in letters if f not in FAULTS]
+    if unknown or args.brokers < 2:
+        parser.error(f"unknown faults {unknown}" if unknown else "--brokers: at least 2")
+    # SIGTERM unwinds like Ctrl-C, so every namespace and process is removed.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    timing = Timing(seconds=args.seconds, hold_s=args.hold)
+    rounds: list[Round] = []
+    try:
+        with open_testbed(args.brokers, root=_kept(args.keep)) as bed:
+            for repeat in range(args.repeats):
+                for letter in letters:
+                    print(f"round {len(rounds) + 1}: fault {letter} ({FAULTS[letter].title}), "
+                          f"repeat {repeat + 1}", flush=True)
+                    rounds.append(play(bed, FAULTS[letter], timing))
+                    print(details(rounds[-1], timing.lease_s), flush=True)
+    except (NetworkError, RuntimeError) as exc:
+        print(f"faults: cannot run: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("faults: interrupted; everything started was removed", file=sys.stderr)
+        return 2
+    finally:
+        if rounds:
+            print()
+            print(table(rounds))
+    failed = [r for r in rounds if r.verdict.failed]
+    for r in failed:
+        print(f"fault {r.fault.letter}: failed {', '.join(r.verdict.failed)}")
+    return 1 if failed else 0
+
+
+def _kept(keep: Path | None) -> Path | None:
+    if keep is None:
+        return None
+    keep.mkdir(parents=True)
+    return keep
+
+
+if __name__ == "__main__":
+    sys.exit(main())
