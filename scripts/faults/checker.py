@@ -36,6 +36,8 @@ NOT_A_REFUSAL = {"queue_full"}     # the 50-entry cap: the bus answering as it s
 class Verdict:
     queued: int = 0
     lost: list[str] = field(default_factory=list)
+    lost_by_target: Counter = field(default_factory=Counter)
+    disconnected: list[str] = field(default_factory=list)   # sessions not connected at the end
     doubled: list[str] = field(default_factory=list)
     two_holders_s: float = 0.0
     two_holders: list[str] = field(default_factory=list)     # "run: b1+b2 from..to"
@@ -91,6 +93,11 @@ def check(histories: list[list[dict]], samples: list[dict], names: dict[str, str
     got = receipts(histories)
     verdict.queued, verdict.delivered = len(queued), len(delivered)
     verdict.lost = sorted(t for t in queued if got[t] == 0)
+    targets = {e["token"]: e.get("to") for events in histories for e in events
+               if e["type"] == "complete" and e["f"] == "send"}
+    verdict.lost_by_target = Counter(targets.get(t) for t in verdict.lost)
+    verdict.disconnected = [f"{e.get('session')} ({(e.get('id') or '')[:8]})" for events in histories
+                            for e in events if e["type"] == "final" and not e.get("connected", True)]
     verdict.doubled = sorted(t for t, n in got.items() if n > 1 and not t.startswith("re:"))
     verdict.delivered_not_received = sorted(t for t in delivered if got[t] == 0)
     for events in histories:

@@ -61,6 +61,10 @@ def details(round_: Round, lease_s: float) -> str:
         if found:
             shown = ", ".join(found[:8]) + (f", ... ({len(found)} in all)" if len(found) > 8 else "")
             out.append(f"  {title}: {shown}")
+    if v.lost_by_target:
+        out.append("  lost, by target: " + ", ".join(f"{t} {n}" for t, n in v.lost_by_target.most_common()))
+    if v.disconnected:
+        out.append("  sessions not connected at the end: " + ", ".join(v.disconnected))
     out.append("  answers: " + ", ".join(f"{k} {n}" for k, n in sorted(v.codes.items())))
     return "\n".join(out)
 

@@ -45,6 +45,7 @@ class History:
         self.lock = threading.Lock()
         self.ops = 0
         self.home: dict[str, str] = {}     # session label -> its home broker's name
+        self.labels: dict[int, str] = {}   # id(session) -> its label
 
     def write(self, **event) -> None:
         event.setdefault("t", time.monotonic())
@@ -133,6 +134,7 @@ def connect(history: History, label: str, endpoints: list[str], keys, stop: thre
             return {"ok": True}
         history.call("connect", label, attempt)
         if session is not None:
+            history.labels[id(session)] = label
             history.write(type="session", session=label, id=session.id)
             return session
         stop.wait(RETRY_S)
@@ -294,7 +296,8 @@ def main() -> None:
     for one in held:
         if not isinstance(one, threading.Thread):
             stats = one.inbox_statistics()
-            history.write(type="final", id=one.id, name=one.name,
+            history.write(type="final", session=history.labels.get(id(one)), id=one.id,
+                          connected=one.connected, broker=one.welcome.get("brokerId"),
                           duplicates_dropped=stats.duplicates_dropped)
             one.close()
 
