@@ -121,8 +121,10 @@ class Postgres:
         began = time.monotonic()
         if pid:
             os.kill(pid, signal.SIGKILL)
-            wait_for(lambda: not _alive(pid), 10, "the postmaster's exit")
-        wait_for(lambda: not any(_alive(b) for b in backends), 30, "the backends' exit")
+        # Gone, not a zombie: the server's next start takes a zombie's PID in its
+        # postmaster.pid for a running server (an orphan waits for init to reap it).
+        wait_for(lambda: not any(_exists(p) for p in [pid, *backends] if p), 30,
+                 "the postmaster and its backends gone")
         self.start()
         return time.monotonic() - began
 
@@ -133,6 +135,14 @@ class Postgres:
                             "-D", str(self.data)], capture_output=True, timeout=60)
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _alive(pid: int) -> bool:
