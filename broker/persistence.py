@@ -12,6 +12,7 @@ The API the IO shell uses (every call from the shell's own thread)::
         report.code                                     # failed tickets' error code | None
         report.retained, report.lost                    # unwaited records kept / dropped
         report.refused                                  # (ticket, code) of records refused
+        report.fenced                                   # runs whose writes were fenced out
         report.dropped                                  # refused records nobody waited for
         report.kept                                     # (ticket, StickyRow): entries whose
                                                         # request was stored already
@@ -131,6 +132,9 @@ class WorkerReport:
     brokers: list[LeaseRenewed] | None = None     # the other live brokers' lease rows
     jobs: Sequence[InvocationSaved] = ()          # queued jobs read for ``ReadJobs``
     dropped: int = 0                    # refused records without a ticket: not retried
+    # Runs whose fenced writes the store refused: another broker owns them now (see
+    # broker.core.cluster.ownership.depose); reported before the refused tickets.
+    fenced: Sequence[str] = ()
 
 
 class PersistenceWorker:
@@ -321,8 +325,10 @@ class PersistenceWorker:
         if records:
             self.commits += 1
             self.records += len(records)
-        done, refusals, kept_rows, dropped = tickets, (), (), 0
+        done, refusals, kept_rows, dropped, fenced = tickets, (), (), 0, ()
         if refused:
+            fenced = sorted({r.run_id for r in refused
+                             if type(r) is not StickyKept and getattr(r, "epoch", 0)})
             # Claims another live broker's session holds (records.SessionClaimed), and
             # entries whose request another write kept first (records.StickyKept), and
             # hand-overs of jobs another broker started (records.InvocationState).
@@ -359,15 +365,15 @@ class PersistenceWorker:
             except Exception as exc:  # the batch is durable all the same
                 read_error = f"reading live brokers: {exc!r}"
         return self._report(batches, done, [], read_error, None, refusals, kept_rows,
-                            brokers, jobs, dropped)
+                            brokers, jobs, dropped, fenced)
 
     def _report(self, batches: int, done: list[int], failed: list[int], error: str | None,
                 code: str | None, refused: Sequence = (), kept: Sequence = (),
                 brokers: list[LeaseRenewed] | None = None, jobs: Sequence = (),
-                dropped: int = 0) -> WorkerReport:
+                dropped: int = 0, fenced: Sequence[str] = ()) -> WorkerReport:
         lost, self._lost = self._lost, 0
         return WorkerReport(batches, done, failed, error, code, len(self._retained), lost,
-                            refused, kept, brokers, jobs, dropped)
+                            refused, kept, brokers, jobs, dropped, fenced)
 
     def _write_retained(self) -> Exception | None:
         """Write the retained records in their own transaction.

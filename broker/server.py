@@ -347,6 +347,9 @@ class Broker:
                 commands.extend(engine.handle(inputs.RunsAdopted(dead, snapshot, now, wall)))
             if report.jobs:
                 commands.extend(engine.handle(inputs.JobsRead(report.jobs, now, wall)))
+            if report.fenced:
+                self.log.warning("runs_fenced", runs=list(report.fenced))
+                commands.extend(engine.handle(inputs.RunsFenced(list(report.fenced), now, wall)))
             for ticket in report.done:
                 commands.extend(engine.handle(inputs.Committed(ticket, now, wall)))
             for ticket, code in report.refused:
@@ -415,11 +418,11 @@ class Broker:
             elif kind is AdoptRuns or kind is ReadJobs:
                 writes.append((None, command))     # after the writes before it
             elif kind is RenewLease:
-                # Leases are read by other processes, so they are wall-clock times.
-                writes.append((None, LeaseRenewed(self.broker_id, os.getpid(),
-                                                  self.endpoint, self._started_wall,
-                                                  time.time() + command.lease_s,
-                                                  self.curve_public)))
+                # Leases are read by other processes, so they are wall-clock times; the
+                # store ends this one ``lease_s`` after its own clock, not this host's.
+                writes.append((command.ticket or None, LeaseRenewed(
+                    self.broker_id, os.getpid(), self.endpoint, self._started_wall,
+                    time.time() + command.lease_s, self.curve_public, command.lease_s)))
                 self._handshakes_due = True
             elif kind is ReadBrokers:
                 writes.append((None, READ_BROKERS))

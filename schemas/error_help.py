@@ -194,6 +194,9 @@ HELP: dict[str, str] = {
     "ask_timeout": "Ask again with a longer `timeout`, or check the target with "
                    "`intercom list`.",
     "peer_disconnected": "Ask again once the target is back (`intercom list`).",
+    "broker_unreachable": "Send again with the same message id in a few seconds: nothing is "
+                          "queued twice. If it lasts, check the network between the brokers "
+                          "(`python -m client status` lists them).",
     "broker_unavailable": "Check the broker (`python -m client status`); the call was not "
                           "sent again and will not be.",
     "no_broker": "Start one (`python -m broker`), or fix the endpoint.",

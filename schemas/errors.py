@@ -201,8 +201,9 @@ _TABLE = [
               "({id}); its subagents answer through that session now"),
     ErrorSpec("run_elsewhere", "state", "Workflow run {run_id!r} is held by the broker at "
               "{endpoint}; connect there (the client does so by itself)", REDIRECT),
-    ErrorSpec("run_moving", "state", "Workflow run {run_id!r} is being taken over from a "
-              "broker that stopped; try again in a moment", REDIRECT),
+    ErrorSpec("run_moving", "state", "Workflow run {run_id!r} is changing brokers (its broker "
+              "stopped, lost its lease or was taken over); nothing was queued: try again "
+              "in a moment", REDIRECT),
     ErrorSpec("run_dormant", "state", "Workflow run {run_id!r} is dormant; asks are refused until it resumes", LATER),
     # respond's drafts (checked by the client; see client.drafts)
     ErrorSpec("unknown_draft", "state", "No draft {draft!r} was recorded in this conversation; "
@@ -226,6 +227,9 @@ _TABLE = [
     # -- peer ----------------------------------------------------------------------
     ErrorSpec("ask_timeout", "peer", "No reply within {timeout_s:g} s", LATER),
     ErrorSpec("peer_disconnected", "peer", "{name} disconnected before replying", LATER),
+    ErrorSpec("broker_unreachable", "peer", "{name} is held by broker {broker}, which this "
+              "broker cannot reach now (their link is down, though the database says it is "
+              "alive); nothing was delivered or queued: try again in a moment", LATER),
     ErrorSpec("broker_unavailable", "peer", "Broker did not answer within {timeout_s:g} s", LATER),
     ErrorSpec("no_broker", "peer", "No broker is listening at {endpoint} ({detail}); start one "
               "with `python -m broker` (with --endpoint {endpoint} if that is not its default)", LATER),

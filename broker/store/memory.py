@@ -16,12 +16,20 @@ Semantics (every store keeps the same ones):
   row does not have (or there is no row), and is returned refused then; ``SessionReleased``
   deletes a claim of that broker; a lease renewal forgets the claims of brokers
   without a row;
+* every write for a run (``RunSaved``, ``RunEnded`` and the ``Sticky*`` records) with
+  an ``epoch`` other than 0 is *fenced*: it applies only while the stored run has the
+  record's ``owner`` and ``epoch`` (:meth:`MemoryTables.fence_holds`); a run adopted
+  or taken at start gets the next epoch, so a deposed owner writes nothing to it;
 * ``RunSaved`` upserts by run id (a run keeps its place in load order), and is
-  returned refused when another broker owns the stored run;
+  returned refused when another broker owns the stored run, or it is fenced out;
   ``RunEnded`` deletes the run, its sticky entries and their deliveries;
 * ``StickySaved`` inserts, and a seq already stored fails the batch; an entry whose
   request (sender id, message id) is stored already, by any broker, is not written
-  and is returned as a ``StickyKept`` holding the stored entry;
+  and is returned as a ``StickyKept`` holding the stored entry; one fenced out is
+  returned refused;
+* leases are judged by the store's clock: a ``LeaseRenewed`` with ``lease_s`` ends
+  that long after it, and ``adopt_runs`` takes only the runs of a broker whose lease
+  has ended by it (or a broker's own);
   ``StickyAnswered`` sets the entry's answered-to list (no entry: nothing happens);
   ``StickyDelivery`` upserts by (seq, stage, transcript) and keeps its place;
   ``StickyDropped`` deletes one entry and its deliveries;
@@ -86,10 +94,20 @@ class MemoryTables:
     invocations: dict[str, tuple[InvocationSaved, float]] = field(default_factory=dict)
     started_by: dict[str, str] = field(default_factory=dict)    # job id -> broker
     recoveries: dict[tuple[str, str], RecoverySaved] = field(default_factory=dict)
+    clock: Callable[[], float] = time.time      # the store's clock (leases)
 
     def copy(self) -> MemoryTables:
         # Shallow is enough: every value is a frozen record or a list no one else holds.
-        return MemoryTables(*(dict(getattr(self, f.name)) for f in dataclasses.fields(self)))
+        return MemoryTables(*(dict(getattr(self, f.name)) for f in dataclasses.fields(self)
+                              if f.name != "clock"), clock=self.clock)
+
+    def fence_holds(self, record: Any) -> bool:
+        """Whether a write for a run may apply: unfenced (epoch 0), or the stored run is
+        still the writer's at the writer's epoch."""
+        if record.epoch == 0:
+            return True
+        run = self.runs.get(record.run_id)
+        return run is not None and run.owner == record.owner and run.epoch == record.epoch
 
     def forget_entry(self, seq: int) -> None:
         """Delete an entry and its deliveries (deliveries may exist without the entry)."""
@@ -114,7 +132,9 @@ class MemoryTables:
         live = set(self.leases) | {record.broker_id}
         for session_id in [s for s, b in self.claims.items() if b not in live]:
             del self.claims[session_id]
-        self.leases[record.broker_id] = record if held is None else dataclasses.replace(held, until=record.until)
+        until = self.clock() + record.lease_s if record.lease_s > 0 else record.until
+        self.leases[record.broker_id] = dataclasses.replace(record, until=until) if held is None \
+            else dataclasses.replace(held, until=until)
 
     def release_lease(self, record: LeaseReleased) -> None:
         self.leases.pop(record.broker_id, None)
@@ -138,23 +158,29 @@ class MemoryTables:
 
     def save_run(self, record: RunSaved) -> bool | None:
         held = self.runs.get(record.run_id)
-        if held is not None and held.owner not in (record.owner, ""):
+        if held is not None and held.owner != "" and (
+                held.owner != record.owner or record.epoch and held.epoch != record.epoch):
             return False     # refused: another broker owns it (adopted it): its copy is the run
-        self.runs[record.run_id] = RunSaved(record.run_id, copy_payload(record.record), record.owner)
+        self.runs[record.run_id] = RunSaved(record.run_id, copy_payload(record.record),
+                                            record.owner, record.epoch)
         return None
 
     def end_run(self, record: RunEnded) -> None:
+        if not self.fence_holds(record):
+            return
         for seq in [seq for seq, entry in self.sticky.items() if entry.run_id == record.run_id]:
             self.forget_entry(seq)
         self.runs.pop(record.run_id, None)
 
-    def save_sticky(self, record: StickySaved) -> StickyKept | None:
+    def save_sticky(self, record: StickySaved) -> StickyKept | bool | None:
         if record.seq in self.sticky:
             raise ValueError(f"sticky entry {record.seq} is already stored")
         request = (record.sender_id, record.message_id)
         held = self.requests.get(request)
         if held is not None:
             return StickyKept(record, self.row(held))
+        if not self.fence_holds(record):
+            return False
         self.sticky[record.seq] = dataclasses.replace(record, attachments=copy_payload(record.attachments))
         self.requests[request] = record.seq
         return None
@@ -167,14 +193,17 @@ class MemoryTables:
 
     def answer_sticky(self, record: StickyAnswered) -> None:
         delivered_to = copy_payload(record.delivered_to)   # encoded even when no entry, as in SQL
-        if record.seq in self.sticky:
+        if record.seq in self.sticky and self.fence_holds(record):
             self.answered[record.seq] = delivered_to
 
     def record_delivery(self, record: StickyDelivery) -> None:
+        if not self.fence_holds(record):
+            return
         self.deliveries[(record.seq, record.stage, record.transcript)] = record
 
     def drop_sticky(self, record: StickyDropped) -> None:
-        self.forget_entry(record.seq)
+        if self.fence_holds(record):
+            self.forget_entry(record.seq)
 
     def save_conversation(self, record: ConversationSaved) -> None:
         self.conversations[(record.agent, record.channel)] = record
@@ -218,7 +247,7 @@ class MemoryStore:
         (a core test passes its fake one, the clock its records were written with)."""
         self.identity_limit = identity_limit
         self._clock = clock
-        self._tables = MemoryTables()
+        self._tables = MemoryTables(clock=clock)
         self._closed = False
         self._grant_key = secrets.token_bytes(32)
 
@@ -260,7 +289,8 @@ class MemoryStore:
             run_ids = set()
             for run in list(tables.runs.values()):
                 if run.owner == owner or run.owner not in live:
-                    tables.runs[run.run_id] = dataclasses.replace(run, owner=owner)
+                    tables.runs[run.run_id] = dataclasses.replace(run, owner=owner,
+                                                                  epoch=run.epoch + 1)
                     run_ids.add(run.run_id)
                 else:
                     owners[run.run_id] = run.owner
@@ -282,9 +312,13 @@ class MemoryStore:
     def adopt_runs(self, dead: str, owner: str) -> Snapshot:
         self._check_open()
         tables = self._tables
+        lease = tables.leases.get(dead)
+        if dead != owner and lease is not None and lease.until > self._clock():
+            return Snapshot()        # its lease is live: it owns its runs still
         run_ids = {run.run_id for run in tables.runs.values() if run.owner == dead}
         for run_id in run_ids:
-            tables.runs[run_id] = dataclasses.replace(tables.runs[run_id], owner=owner)
+            run = tables.runs[run_id]
+            tables.runs[run_id] = dataclasses.replace(run, owner=owner, epoch=run.epoch + 1)
         runs, sticky, deliveries = self._runs(run_ids)
         return Snapshot(runs=runs, sticky=sticky, deliveries=deliveries)
 
@@ -292,7 +326,7 @@ class MemoryStore:
         """Copies of the runs ``run_ids``, their sticky entries and delivery states
         (``everything``: every delivery state, even one whose entry is gone)."""
         tables = self._tables
-        runs = [RunSaved(r.run_id, copy_payload(r.record), r.owner)
+        runs = [RunSaved(r.run_id, copy_payload(r.record), r.owner, r.epoch)
                 for r in tables.runs.values() if r.run_id in run_ids]
         sticky = [tables.row(seq) for seq, e in sorted(tables.sticky.items())
                   if e.run_id in run_ids]

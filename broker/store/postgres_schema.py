@@ -18,7 +18,7 @@ conditional statement: PostgreSQL locks the row it finds and checks the conditio
 again on the committed version, so two brokers racing for one row cannot both win.
 """
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # pg_advisory_xact_lock's key space is shared by every application on the server: the
 # key is derived from this text and the schema name (see broker.store.postgres).
 MIGRATION_LOCK = "intercom-bus schema migration"
@@ -46,7 +46,7 @@ CREATE TABLE session_claims (
     session_id TEXT PRIMARY KEY, broker_id TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY, record BYTEA NOT NULL, owner TEXT NOT NULL DEFAULT '',
-    pos BIGINT GENERATED ALWAYS AS IDENTITY);
+    pos BIGINT GENERATED ALWAYS AS IDENTITY, epoch BIGINT NOT NULL DEFAULT 0);
 CREATE INDEX runs_owner ON runs (owner);
 CREATE TABLE sticky (
     seq BIGINT PRIMARY KEY, run_id TEXT NOT NULL, target TEXT NOT NULL,
@@ -77,11 +77,29 @@ CREATE TABLE response_recovery (
     PRIMARY KEY (agent, channel))
 """
 
-# Step from the keyed version to the next one (none yet: version 1 is the first).
-MIGRATIONS: dict[int, str] = {}
+# Step from the keyed version to the next one.
+MIGRATIONS: dict[int, str] = {
+    # Every run write is fenced by the owner's epoch (broker.core.cluster.ownership).
+    1: "ALTER TABLE runs ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0",
+}
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
 # -- writes, one or more per record type ---------------------------------------------
+
+# The database's clock, in the wall-clock seconds leases are kept in: the one clock
+# that decides who is alive (no broker's own clock does).
+DB_NOW = "extract(epoch FROM clock_timestamp())::float8"
+# The fence of every write for a run (records with an ``epoch``): it applies only
+# while the run is still the writer's, at the writer's epoch. Epoch 0: not fenced.
+FENCE = """(%(epoch)s::bigint = 0 OR EXISTS (SELECT 1 FROM runs AS fence
+            WHERE fence.run_id = %(run_id)s AND fence.owner = %(owner)s
+            AND fence.epoch = %(epoch)s::bigint))"""
+# First in a batch that writes for runs: their rows are locked against an adoption
+# until the batch commits (an adopter's UPDATE waits, then reads what it committed),
+# so a fenced write that found the run still the writer's is in what the adopter loads.
+LOCK_RUNS = """
+SELECT run_id FROM runs WHERE run_id = ANY(%(runs)s::text[]) ORDER BY run_id FOR SHARE
+"""
 
 UPSERT_IDENTITY = """
 INSERT INTO session_identity (session_id, atomic_session_id, token_hash, name, updated_at)
@@ -92,9 +110,12 @@ ON CONFLICT (session_id) DO UPDATE SET atomic_session_id = excluded.atomic_sessi
 DELETE_ENDPOINT_PREDECESSOR = """
 DELETE FROM brokers WHERE endpoint = %(endpoint)s AND broker_id <> %(broker_id)s
 """
+# With ``lease_s``, the lease ends that long after the database's clock, not ``until``.
 UPSERT_LEASE = """
 INSERT INTO brokers (broker_id, pid, endpoint, started_at, lease_until, curve_public)
-VALUES (%(broker_id)s, %(pid)s, %(endpoint)s, %(started_at)s, %(until)s, %(curve_public)s)
+VALUES (%(broker_id)s, %(pid)s, %(endpoint)s, %(started_at)s,
+        CASE WHEN %(lease_s)s::float8 > 0 THEN """ + DB_NOW + """ + %(lease_s)s::float8
+             ELSE %(until)s::float8 END, %(curve_public)s)
 ON CONFLICT (broker_id) DO UPDATE SET lease_until = excluded.lease_until
 """
 DELETE_LEASE = "DELETE FROM brokers WHERE broker_id = %(broker_id)s"
@@ -109,38 +130,50 @@ WHERE %(token_hash)s::text IS NULL OR EXISTS (
     WHERE session_id = %(session_id)s AND token_hash = %(token_hash)s::text)
 ON CONFLICT (session_id) DO UPDATE SET broker_id = excluded.broker_id, at = excluded.at
 WHERE session_claims.broker_id = excluded.broker_id
-   OR session_claims.broker_id NOT IN (SELECT broker_id FROM brokers WHERE lease_until > %(at)s)
+   OR session_claims.broker_id NOT IN (SELECT broker_id FROM brokers
+                                       WHERE lease_until > """ + DB_NOW + """)
    OR session_claims.broker_id = ANY(%(gone)s::text[])
 RETURNING broker_id
 """
 UNCLAIM = """
 DELETE FROM session_claims WHERE session_id = %(session_id)s AND broker_id = %(broker_id)s
 """
-# A broker that lost a run (it was adopted while this one was taken for dead) writes
-# nothing to it: the adopter's copy is the run. No row returned: refused.
+# A deposed broker (the run was adopted: owner or epoch changed) writes nothing to
+# it: the adopter's copy is the run. No row returned: refused.
 UPSERT_RUN = """
-INSERT INTO runs (run_id, record, owner) VALUES (%(run_id)s, %(record)s, %(owner)s)
-ON CONFLICT (run_id) DO UPDATE SET record = excluded.record, owner = excluded.owner
-WHERE runs.owner IN (excluded.owner, '')
+INSERT INTO runs (run_id, record, owner, epoch)
+VALUES (%(run_id)s, %(record)s, %(owner)s, %(epoch)s)
+ON CONFLICT (run_id) DO UPDATE SET record = excluded.record, owner = excluded.owner,
+    epoch = excluded.epoch
+WHERE runs.owner = '' OR (excluded.epoch = 0 AND runs.owner = excluded.owner)
+   OR (runs.owner = excluded.owner AND runs.epoch = excluded.epoch)
 RETURNING run_id
 """
-# At start: a broker takes the runs nobody live owns (its own, a dead broker's, none's).
+# At start: a broker takes the runs nobody live owns (its own, a dead broker's, none's),
+# each under a new epoch. ``gone``: brokers whose lease row is live but which stopped.
 TAKE_RUNS = """
-UPDATE runs SET owner = %(owner)s
+UPDATE runs SET owner = %(owner)s, epoch = epoch + 1
 WHERE owner = %(owner)s OR owner NOT IN (
-    SELECT broker_id FROM brokers WHERE lease_until > %(now)s
+    SELECT broker_id FROM brokers WHERE lease_until > """ + DB_NOW + """
     AND broker_id <> ALL(%(gone)s::text[]))
 RETURNING run_id
 """
-# Each run to one adopter: a second adopter waits on the row lock, then finds the
-# owner changed and takes nothing.
-ADOPT_RUNS = "UPDATE runs SET owner = %(owner)s WHERE owner = %(dead)s RETURNING run_id"
+# Each run to one adopter, and only once the dead broker's lease has ended by the
+# database's clock (or from itself: a broker taking back its own runs after it could
+# not renew its lease), under a new epoch: a second adopter waits on the row lock,
+# then finds the owner changed and takes nothing.
+ADOPT_RUNS = """
+UPDATE runs SET owner = %(owner)s, epoch = epoch + 1
+WHERE owner = %(dead)s AND (%(dead)s = %(owner)s OR %(dead)s NOT IN (
+    SELECT broker_id FROM brokers WHERE lease_until > """ + DB_NOW + """))
+RETURNING run_id
+"""
 RUN_OWNERS = "SELECT run_id, owner FROM runs WHERE owner <> %(owner)s"
 DELETE_RUN_DELIVERIES = """
 DELETE FROM sticky_delivery WHERE seq IN (SELECT seq FROM sticky WHERE run_id = %(run_id)s)
-"""
-DELETE_RUN_ENTRIES = "DELETE FROM sticky WHERE run_id = %(run_id)s"
-DELETE_RUN = "DELETE FROM runs WHERE run_id = %(run_id)s"
+    AND """ + FENCE
+DELETE_RUN_ENTRIES = "DELETE FROM sticky WHERE run_id = %(run_id)s AND " + FENCE
+DELETE_RUN = "DELETE FROM runs WHERE run_id = %(run_id)s AND " + FENCE
 # Consecutive entries of a batch go in two statements, whatever their number (arrays,
 # one element per entry, in batch order): the insert, where an entry whose request is
 # stored already (or was earlier in the same arrays) is not written; then, for each
@@ -154,12 +187,23 @@ SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachm
 FROM unnest(%(seq)s::bigint[], %(run_id)s::text[], %(target)s::text[], %(sender_id)s::text[],
             %(sender_name)s::text[], %(message_id)s::text[], %(message)s::text[],
             %(attachments)s::bytea[], %(sent_at)s::float8[], %(ack)s::boolean[],
-            %(position)s::integer[], %(not_in_known_set)s::boolean[])
+            %(position)s::integer[], %(not_in_known_set)s::boolean[], %(owner)s::text[],
+            %(epoch)s::bigint[])
      WITH ORDINALITY AS entry(seq, run_id, target, sender_id, sender_name, message_id, message,
-                              attachments, sent_at, ack, position, not_in_known_set, ord)
+                              attachments, sent_at, ack, position, not_in_known_set, owner,
+                              epoch, ord)
+WHERE entry.epoch = 0 OR EXISTS (SELECT 1 FROM runs AS fence WHERE fence.run_id = entry.run_id
+                                 AND fence.owner = entry.owner AND fence.epoch = entry.epoch)
 ORDER BY ord
 ON CONFLICT (sender_id, message_id) DO NOTHING
 RETURNING seq
+"""
+# The entries not written and not kept: fenced out (the run is no longer the writer's).
+FENCED_STICKY_MANY = """
+SELECT entry.ord FROM unnest(%(run_id)s::text[], %(owner)s::text[], %(epoch)s::bigint[])
+     WITH ORDINALITY AS entry(run_id, owner, epoch, ord)
+WHERE entry.epoch <> 0 AND NOT EXISTS (SELECT 1 FROM runs AS fence
+    WHERE fence.run_id = entry.run_id AND fence.owner = entry.owner AND fence.epoch = entry.epoch)
 """
 KEPT_STICKY_MANY = """
 SELECT entry.ord, EXISTS (SELECT 1 FROM sticky WHERE seq = entry.seq) AS seq_taken,
@@ -171,14 +215,15 @@ FROM unnest(%(seq)s::bigint[], %(sender_id)s::text[], %(message_id)s::text[])
 JOIN sticky AS kept ON kept.sender_id = entry.sender_id AND kept.message_id = entry.message_id
     AND kept.seq <> entry.seq
 """
-ANSWER_STICKY = "UPDATE sticky SET delivered_to = %(delivered_to)s WHERE seq = %(seq)s"
+ANSWER_STICKY = """
+UPDATE sticky SET delivered_to = %(delivered_to)s WHERE seq = %(seq)s AND """ + FENCE
 UPSERT_DELIVERY = """
 INSERT INTO sticky_delivery (seq, stage, transcript, state, at)
-VALUES (%(seq)s, %(stage)s, %(transcript)s, %(state)s, %(at)s)
+SELECT %(seq)s, %(stage)s, %(transcript)s, %(state)s, %(at)s WHERE """ + FENCE + """
 ON CONFLICT (seq, stage, transcript) DO UPDATE SET state = excluded.state, at = excluded.at
 """
-DELETE_ENTRY_DELIVERIES = "DELETE FROM sticky_delivery WHERE seq = %(seq)s"
-DELETE_ENTRY = "DELETE FROM sticky WHERE seq = %(seq)s"
+DELETE_ENTRY_DELIVERIES = "DELETE FROM sticky_delivery WHERE seq = %(seq)s AND " + FENCE
+DELETE_ENTRY = "DELETE FROM sticky WHERE seq = %(seq)s AND " + FENCE
 UPSERT_CONVERSATION = """
 INSERT INTO conversations (agent, channel, remote, last_active_at, session_id)
 VALUES (%(agent)s, %(channel)s, %(remote)s, %(last_active_at)s, %(session_id)s)
@@ -228,7 +273,7 @@ SELECT * FROM (
     FROM session_identity WHERE session_id = ANY(%(named)s::text[])) AS chosen
 ORDER BY at, session_id COLLATE "C"
 """
-SELECT_RUNS = "SELECT run_id, record, owner FROM runs WHERE run_id = ANY(%(runs)s::text[]) ORDER BY pos"
+SELECT_RUNS = "SELECT run_id, record, owner, epoch FROM runs WHERE run_id = ANY(%(runs)s::text[]) ORDER BY pos"
 SELECT_STICKY = """
 SELECT seq, run_id, target, sender_id, sender_name, message_id, message, attachments,
        sent_at, ack, position, not_in_known_set, delivered_to
@@ -250,7 +295,7 @@ DELETE FROM invocations WHERE state NOT IN ('queued', 'started') AND updated_at 
 SELECT_INVOCATIONS = """
 SELECT id, agent, channel, from_channel, reason, created_at, request, state FROM invocations
 WHERE state = 'queued' OR (state = 'started' AND (%(owner)s::text IS NULL OR started_by NOT IN (
-    SELECT broker_id FROM brokers WHERE lease_until > %(now)s AND broker_id <> %(owner)s::text
+    SELECT broker_id FROM brokers WHERE lease_until > """ + DB_NOW + """ AND broker_id <> %(owner)s::text
     AND broker_id <> ALL(%(gone)s::text[]))))
 ORDER BY pos
 """
@@ -268,10 +313,10 @@ INSERT INTO meta (key, value) VALUES ('grant_key', %(value)s) ON CONFLICT (key) 
 GRANT_KEY_READ = "SELECT value FROM meta WHERE key = 'grant_key'"
 SELECT_LIVE = """
 SELECT broker_id, pid, endpoint, started_at, lease_until AS until, curve_public FROM brokers
-WHERE lease_until > %(now)s AND broker_id IS DISTINCT FROM %(exclude)s::text
+WHERE lease_until > """ + DB_NOW + """ AND broker_id IS DISTINCT FROM %(exclude)s::text
 ORDER BY started_at, broker_id COLLATE "C"
 """
 COUNT_LIVE = """
 SELECT count(*) AS live FROM brokers
-WHERE lease_until > %(now)s AND broker_id IS DISTINCT FROM %(exclude)s::text
+WHERE lease_until > """ + DB_NOW + """ AND broker_id IS DISTINCT FROM %(exclude)s::text
 """

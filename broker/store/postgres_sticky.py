@@ -5,8 +5,9 @@ than one statement each, which is what a batch of a thousand entries costs.
 The outcome of each entry is the one :meth:`broker.store.Store.apply` promises, as if
 they had been written one by one in order: written; not written because its request
 (sender id, message id) is an entry already, kept by any broker or earlier in the same
-batch (a :class:`StickyKept` with the entry as stored); or a broker bug (its seq is
-stored already), which fails the batch.
+batch (a :class:`StickyKept` with the entry as stored); not written because the run
+is no longer the writer's (fenced out: refused, ``False``); or a broker bug (its seq
+is stored already), which fails the batch.
 """
 
 from __future__ import annotations
@@ -48,14 +49,20 @@ class StickyBurst:
         columns["attachments"] = [pack(e.attachments) for e in entries]
         columns["ack"] = [bool(e.ack) for e in entries]
         columns["not_in_known_set"] = [bool(e.not_in_known_set) for e in entries]
+        columns["owner"] = [e.owner for e in entries]
+        columns["epoch"] = [e.epoch for e in entries]
         self._inserted = conn.cursor()
         self._inserted.execute(sql.INSERT_STICKY_MANY, columns)
         self._kept = conn.cursor()
         self._kept.execute(sql.KEPT_STICKY_MANY, columns)
+        self._fenced = None
+        if any(columns["epoch"]):
+            self._fenced = conn.cursor()
+            self._fenced.execute(sql.FENCED_STICKY_MANY, columns)
 
-    def outcome(self, index: int) -> StickyKept | None:
-        """Entry ``index``'s outcome: None when written, else the StickyKept standing for
-        it. Raises ValueError when its seq is stored already."""
+    def outcome(self, index: int) -> StickyKept | bool | None:
+        """Entry ``index``'s outcome: None when written, False when fenced out, else the
+        StickyKept standing for it. Raises ValueError when its seq is stored already."""
         if self._results is None:
             self._results = self._read()
         if isinstance(self._results[index], Exception):
@@ -69,6 +76,8 @@ class StickyBurst:
         for values in self._kept.fetchall():
             row = dict(zip(names, values))
             kept[row.pop("ord") - 1] = (row.pop("seq_taken"), row)
+        fenced = set() if self._fenced is None else \
+            {ord_ - 1 for (ord_,) in self._fenced.fetchall()}
         results: list = []
         first_of_seq: set[int] = set()
         for index, entry in enumerate(self.entries):
@@ -77,6 +86,8 @@ class StickyBurst:
                 results.append(None)
             elif index in kept and not kept[index][0]:
                 results.append(StickyKept(entry, sticky_row(dict(kept[index][1]))))
+            elif index in fenced:
+                results.append(False)
             else:
                 results.append(ValueError(f"sticky entry {entry.seq} is already stored"))
         return results

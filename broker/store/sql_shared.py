@@ -42,7 +42,7 @@ def read_runs(rows: Rows, sql, runs_param: Any, any_runs: bool, everything: bool
     entry is gone), through ``sql``'s SELECT_RUNS, SELECT_STICKY, SELECT_DELIVERIES and
     SELECT_ALL_DELIVERIES."""
     param = {"runs": runs_param}
-    runs = [RunSaved(row["run_id"], unpack(row["record"]), row["owner"])
+    runs = [RunSaved(row["run_id"], unpack(row["record"]), row["owner"], row["epoch"])
             for row in rows(sql.SELECT_RUNS, param)] if any_runs else []
     sticky = [sticky_row(row) for row in rows(sql.SELECT_STICKY, param)] if any_runs else []
     deliveries = [StickyDelivery(**row) for row in rows(

@@ -224,8 +224,8 @@ class SqliteStore:
         """The runs of broker ``dead`` become ``owner``'s: each to exactly one adopter
         store-wide. Returns them (runs, sticky entries, delivery states)."""
         with self.conn:
-            run_ids = [row["run_id"] for row in
-                       _rows(self.conn, sql.ADOPT_RUNS, {"dead": dead, "owner": owner})]
+            run_ids = [row["run_id"] for row in _rows(self.conn, sql.ADOPT_RUNS, {
+                "dead": dead, "owner": owner, "now": time.time()})]
             runs, sticky, deliveries = self._runs(run_ids)
         return Snapshot(runs=runs, sticky=sticky, deliveries=deliveries)
 
@@ -268,7 +268,9 @@ class SqliteStore:
         self.conn.execute(sql.UPSERT_IDENTITY, fields_by_name(record))
 
     def renew_lease(self, record: LeaseRenewed) -> None:
-        self.conn.execute(sql.UPSERT_LEASE, fields_by_name(record))
+        # The store's clock is the host's, which every broker on the file shares.
+        until = time.time() + record.lease_s if record.lease_s > 0 else record.until
+        self.conn.execute(sql.UPSERT_LEASE, fields_by_name(record, until=until))
         self.conn.execute(sql.FORGET_CLAIMS)
 
     def claim_session(self, record: SessionClaimed) -> bool:
@@ -287,19 +289,26 @@ class SqliteStore:
 
     def save_run(self, record: RunSaved) -> bool:
         self.conn.execute(sql.UPSERT_RUN, fields_by_name(record, record=_pack(record.record)))
-        return self.conn.changes() == 1        # False: another broker owns the run
+        return self.conn.changes() == 1        # False: another broker owns the run, or a
+                                               # later epoch of this one (fenced out)
 
     def end_run(self, record: RunEnded) -> None:
         self.conn.execute(sql.DELETE_RUN, fields_by_name(record))
 
-    def save_sticky(self, record: StickySaved) -> StickyKept | None:
+    def save_sticky(self, record: StickySaved) -> StickyKept | bool | None:
         conn = self.conn
-        conn.execute(sql.INSERT_STICKY, fields_by_name(record, attachments=_pack(record.attachments)))
+        params = fields_by_name(record, attachments=_pack(record.attachments))
+        conn.execute(sql.INSERT_STICKY, params)
         if conn.changes():
             return None
         # The same request is an entry already (the insert did nothing): that one answers.
-        (row,) = _rows(conn, sql.SELECT_STICKY_REQUEST,
-                       {"sender_id": record.sender_id, "message_id": record.message_id})
+        found = list(_rows(conn, sql.SELECT_STICKY_REQUEST,
+                           {"sender_id": record.sender_id, "message_id": record.message_id}))
+        if not found:
+            (fence,) = _rows(conn, sql.FENCE_HOLDS, params)
+            if not fence["holds"]:
+                return False           # refused: the run is no longer the writer's
+        (row,) = found
         # The request's conflict is looked at first: a seq stored too must still fail.
         if next(_rows(conn, sql.STICKY_SEQ_TAKEN, {"seq": record.seq}), None) is not None:
             raise apsw.ConstraintError(f"sticky entry {record.seq} is already stored")

@@ -6,7 +6,7 @@ migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
 Parameters are named after the fields of the records they write.
 """
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
@@ -73,7 +73,8 @@ CREATE TABLE IF NOT EXISTS brokers (
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
     record BLOB NOT NULL,              -- msgpack of the run tree (broker.core.workflow.run_tree)
-    owner TEXT NOT NULL DEFAULT ''     -- the broker that owns it; '' for none yet
+    owner TEXT NOT NULL DEFAULT '',    -- the broker that owns it; '' for none yet
+    epoch INTEGER NOT NULL DEFAULT 0   -- bumped by every change of owner (records.RunSaved)
 );
 CREATE TABLE IF NOT EXISTS sticky (
     seq INTEGER PRIMARY KEY,
@@ -145,6 +146,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS sticky_request ON sticky (sender_id, message_i
     # CURVE on the links: each broker's row says the key its ROUTER serves with.
     6: "ALTER TABLE brokers ADD COLUMN curve_public TEXT NOT NULL DEFAULT '';",
     7: STARTED_BY,
+    # Every run write is fenced by the owner's epoch (broker.core.cluster.ownership).
+    8: "ALTER TABLE runs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;",
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -179,46 +182,62 @@ SELECT 1 FROM session_identity WHERE session_id = :session_id AND token_hash = :
 """
 CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
 UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
-# A broker that lost a run (it was adopted while this one was taken for dead) writes
-# nothing to it: the adopter's copy is the run (no change: the save is refused).
+# The fence of every write for a run (records with an ``epoch``): it applies only
+# while the run is still the writer's, at the writer's epoch. Epoch 0: not fenced.
+FENCE = """(:epoch = 0 OR EXISTS (SELECT 1 FROM runs AS fence WHERE fence.run_id = :run_id
+            AND fence.owner = :owner AND fence.epoch = :epoch))"""
+# A deposed broker (the run was adopted: owner or epoch changed) writes nothing to the
+# run: the adopter's copy is the run (no change: the save is refused).
 UPSERT_RUN = """
-INSERT INTO runs (run_id, record, owner) VALUES (:run_id, :record, :owner)
-ON CONFLICT (run_id) DO UPDATE SET record = excluded.record, owner = excluded.owner
-WHERE runs.owner IN (excluded.owner, '')
+INSERT INTO runs (run_id, record, owner, epoch) VALUES (:run_id, :record, :owner, :epoch)
+ON CONFLICT (run_id) DO UPDATE SET record = excluded.record, owner = excluded.owner,
+    epoch = excluded.epoch
+WHERE runs.owner = '' OR (excluded.epoch = 0 AND runs.owner = excluded.owner)
+   OR (runs.owner = excluded.owner AND runs.epoch = excluded.epoch)
 """
-# At start: a broker takes the runs nobody live owns (its own, a dead broker's, none's).
-# ``gone``: brokers whose lease row is still live but which are known dead.
+# At start: a broker takes the runs nobody live owns (its own, a dead broker's, none's),
+# each under a new epoch. ``gone``: brokers whose lease row is live but which stopped.
 TAKE_RUNS = """
-UPDATE runs SET owner = :owner
+UPDATE runs SET owner = :owner, epoch = epoch + 1
 WHERE owner = :owner OR owner NOT IN (
     SELECT broker_id FROM brokers WHERE lease_until > :now
     AND broker_id NOT IN (SELECT value FROM json_each(:gone)))
 RETURNING run_id
 """
-# One store step, so two brokers adopting one dead broker's runs get each run once.
-ADOPT_RUNS = "UPDATE runs SET owner = :owner WHERE owner = :dead RETURNING run_id"
+# One store step, so two brokers adopting one dead broker's runs get each run once; only
+# once the dead broker's lease has ended by the store's clock (or from itself: a broker
+# taking back its own runs after it could not renew its lease), under a new epoch.
+ADOPT_RUNS = """
+UPDATE runs SET owner = :owner, epoch = epoch + 1
+WHERE owner = :dead AND (:dead = :owner OR :dead NOT IN (
+    SELECT broker_id FROM brokers WHERE lease_until > :now))
+RETURNING run_id
+"""
 RUN_OWNERS = "SELECT run_id, owner FROM runs WHERE owner != :owner"
 DELETE_RUN = """
-DELETE FROM sticky_delivery WHERE seq IN (SELECT seq FROM sticky WHERE run_id = :run_id);
-DELETE FROM sticky WHERE run_id = :run_id;
-DELETE FROM runs WHERE run_id = :run_id;
+DELETE FROM sticky_delivery WHERE seq IN (SELECT seq FROM sticky WHERE run_id = :run_id)
+    AND """ + FENCE + """;
+DELETE FROM sticky WHERE run_id = :run_id AND """ + FENCE + """;
+DELETE FROM runs WHERE run_id = :run_id AND """ + FENCE + """;
 """
 INSERT_STICKY = """
 INSERT INTO sticky (seq, run_id, target, sender_id, sender_name, message_id, message,
                     attachments, sent_at, ack, position, not_in_known_set)
-VALUES (:seq, :run_id, :target, :sender_id, :sender_name, :message_id, :message,
-        :attachments, :sent_at, :ack, :position, :not_in_known_set)
+SELECT :seq, :run_id, :target, :sender_id, :sender_name, :message_id, :message,
+        :attachments, :sent_at, :ack, :position, :not_in_known_set
+WHERE """ + FENCE + """
 ON CONFLICT (sender_id, message_id) DO NOTHING
 """
-ANSWER_STICKY = "UPDATE sticky SET delivered_to = :delivered_to WHERE seq = :seq"
+FENCE_HOLDS = "SELECT " + FENCE + " AS holds"
+ANSWER_STICKY = "UPDATE sticky SET delivered_to = :delivered_to WHERE seq = :seq AND " + FENCE
 UPSERT_DELIVERY = """
 INSERT INTO sticky_delivery (seq, stage, transcript, state, at)
-VALUES (:seq, :stage, :transcript, :state, :at)
+SELECT :seq, :stage, :transcript, :state, :at WHERE """ + FENCE + """
 ON CONFLICT (seq, stage, transcript) DO UPDATE SET state = excluded.state, at = excluded.at
 """
 DELETE_STICKY = """
-DELETE FROM sticky_delivery WHERE seq = :seq;
-DELETE FROM sticky WHERE seq = :seq;
+DELETE FROM sticky_delivery WHERE seq = :seq AND """ + FENCE + """;
+DELETE FROM sticky WHERE seq = :seq AND """ + FENCE + """;
 """
 
 UPSERT_CONVERSATION = """
@@ -268,7 +287,7 @@ ORDER BY at, session_id
 """
 # The runs named in :runs (a JSON list) with their sticky entries and delivery states.
 SELECT_RUNS = """
-SELECT run_id, record, owner FROM runs WHERE run_id IN (SELECT value FROM json_each(:runs))
+SELECT run_id, record, owner, epoch FROM runs WHERE run_id IN (SELECT value FROM json_each(:runs))
 ORDER BY rowid
 """
 SELECT_STICKY = """

@@ -171,7 +171,8 @@ def test_an_ask_waiting_on_a_killed_broker_fails_promptly(two_own):
     started = time.monotonic()
     two_own.brokers[1].kill()
     asker.join(LIVENESS_S + 5)
-    assert (result.get("ok"), result.get("code")) == (False, "peer_disconnected")
+    assert (result.get("ok"), result.get("code")) in {(False, "peer_disconnected"),
+                                                      (False, "broker_unreachable")}
     assert time.monotonic() - started < LIVENESS_S + 3
 
 
@@ -201,7 +202,7 @@ def test_sends_in_flight_to_a_killed_broker_are_each_answered_within_the_livenes
     answers = [f.result(LIVENESS_S + 3) for f in futures]
     assert time.monotonic() - killed_at < 2 * LIVENESS_S + 6
     codes = {r.get("code") for r in answers if not r["ok"]}
-    assert codes <= {"peer_disconnected", "target_not_found"}, codes
+    assert codes <= {"peer_disconnected", "target_not_found", "broker_unreachable"}, codes
     assert sum(r["ok"] for r in answers) > 2000
 
 

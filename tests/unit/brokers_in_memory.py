@@ -14,7 +14,8 @@ from __future__ import annotations
 import itertools
 
 from broker.core import Engine, Send
-from broker.core.kernel.commands import LinkSend, ReadBrokers, RenewLease
+from broker.core.kernel import inputs
+from broker.core.kernel.commands import AdoptRuns, LinkSend, ReadBrokers, RenewLease
 from broker.core.kernel.records import LeaseReleased, LeaseRenewed
 from broker.store.memory import MemoryStore
 from schemas.protocol import envelope
@@ -58,7 +59,10 @@ class Mesh:
 
     def __init__(self, count: int = 3, lease_s: float = 100, **limits) -> None:
         assert 2 <= count <= len(LETTERS)
-        self.store = MemoryStore()
+        # The database's clock, which alone ends leases: the fake one (the brokers'
+        # clocks move together; a killed broker's stops, the store's does not).
+        self.nodes: list[Node] = []
+        self.store = MemoryStore(clock=lambda: max((node.now for node in self.nodes), default=0.0))
         ids = [f"b{letter}" for letter in LETTERS[:count]]
         self.nodes = [Node(b, self.store, int(f"{letter.upper()}0000001", 16), lease_s, **limits)
                       for b, letter in zip(ids, LETTERS)]
@@ -68,6 +72,13 @@ class Mesh:
                                        n.now + lease_s) for n in self.nodes])
         self.seen: dict[Node, list] = {node: [] for node in self.nodes}
         self.down: set[Node] = set()      # killed or stopped: nothing reaches or leaves them
+        # Partitions: pairs of brokers whose links drop everything, and brokers cut
+        # from the database (their lease renewals and adoptions fail).
+        self.cuts: set[frozenset] = set()
+        self.cut_from_store: set[Node] = set()
+        # Adoptions the engines ask for are carried out by :meth:`advance` (as the
+        # persistence worker does) rather than left to the test.
+        self.auto_adopt = False
 
     def __getitem__(self, index: int) -> Node:
         return self.nodes[index]
@@ -92,6 +103,12 @@ class Mesh:
         node.last = node._track(out)
         self.seen[node] += out
         self.pump(node, out)
+        if self.auto_adopt and node not in self.down:
+            for command in [c for c in out if isinstance(c, AdoptRuns)]:
+                snapshot = None if node in self.cut_from_store else \
+                    self.store.adopt_runs(command.broker_id, node.broker_id)
+                self.deliver(node, node.engine.handle(inputs.RunsAdopted(
+                    command.broker_id, snapshot, node.now)))
 
     def pump(self, node: Node, out: list) -> None:
         """Carry each ``LinkSend`` in ``out`` to the broker it names (not to a down one)."""
@@ -100,7 +117,7 @@ class Mesh:
         for command in out:
             if isinstance(command, LinkSend):
                 peer = self.node(command.broker_id)
-                if peer in self.down:
+                if peer in self.down or frozenset((node, peer)) in self.cuts:
                     continue
                 reply = peer._track(peer.engine.receive_batch(f"link-{node.broker_id}".encode(),
                                                               command.envs, peer.now))
@@ -143,7 +160,7 @@ class Mesh:
         for _ in range(steps):
             for node in self.live():
                 node.now += seconds / steps
-                out = node.engine.tick(node.now)
+                out = node.engine.handle(inputs.Tick(node.now))
                 self.deliver(node, out)
                 self._leases(node, out)
                 for identity in node.own_identities():
@@ -151,12 +168,27 @@ class Mesh:
 
     def _leases(self, node: Node, out: list) -> None:
         for command in out:
+            if node in self.cut_from_store:
+                if isinstance(command, RenewLease) and command.ticket:
+                    self.deliver(node, node.engine.handle(inputs.CommitFailed(
+                        command.ticket, node.now, code="store_unavailable")))
+                continue
             if isinstance(command, RenewLease):
                 self.store.apply([LeaseRenewed(node.broker_id, 1, endpoint_of(node.broker_id),
                                                0.0, node.now + command.lease_s)])
+                if command.ticket:
+                    self.deliver(node, node.engine.handle(inputs.Committed(command.ticket,
+                                                                           node.now)))
             if isinstance(command, (RenewLease, ReadBrokers)):
                 rows = self.store.brokers(node.now, exclude=node.broker_id)
                 self.deliver(node, node.engine.brokers_read(rows, node.now))
+
+    def cut(self, a: Node, b: Node) -> None:
+        """Every frame between ``a`` and ``b`` is dropped from now on (both live)."""
+        self.cuts.add(frozenset((a, b)))
+
+    def heal(self, a: Node, b: Node) -> None:
+        self.cuts.discard(frozenset((a, b)))
 
     def kill(self, node: Node) -> None:
         """``node`` dies at once (kill -9): it says nothing more and hears nothing;

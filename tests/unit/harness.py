@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 from broker.core import Engine, Limits, Persist, Publish, Send
+from broker.core.kernel import inputs
 from broker.core.kernel.records import StickyKept, refusal_code
 from broker.store.memory import MemoryStore
 from schemas.agent_config import AgentSettings
@@ -91,6 +92,12 @@ class Bus:
         kept = {id(r.saved): r.kept for r in not_written if isinstance(r, StickyKept)}
         refused = {id(r) for r in not_written if not isinstance(r, StickyKept)}
         self.written = []
+        # As the persistence worker reports them: runs whose fenced writes were refused
+        # (another broker owns them now), before the refused tickets.
+        fenced = sorted({r.run_id for r in not_written
+                         if not isinstance(r, StickyKept) and getattr(r, "epoch", 0)})
+        if fenced:
+            out += self._track(self.engine.handle(inputs.RunsFenced(fenced, self.now)))
         tickets, self.uncommitted = self.uncommitted, []
         for ticket in tickets:
             record = self._waited.pop(ticket, None)

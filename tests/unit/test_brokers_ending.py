@@ -1,6 +1,6 @@
 """A broker of the mesh ends: stopped cleanly it tells the others at once; killed it
-falls silent, and the others let its sessions go within the liveness window and stop
-counting it once its lease row runs out. Engines linked in memory on the fake clock
+falls silent: the others cannot reach its sessions from then on, and let them go, and
+stop counting it, once its lease row runs out (the database's word, not the link's). Engines linked in memory on the fake clock
 (:mod:`tests.unit.brokers_in_memory`); the same with real processes and kill -9 is in
 tests/integration/test_multi_broker.py.
 """
@@ -42,8 +42,8 @@ def test_a_clean_stop_stops_counting_at_once():
     assert (broker["otherBrokersLive"], broker["routing"]) == (0, "single-node")
 
 
-def test_a_killed_brokers_sessions_leave_the_others_within_the_liveness_window():
-    mesh = linked_mesh(3)
+def test_a_silent_brokers_sessions_stay_unreachable_until_its_lease_ends_then_leave():
+    mesh = linked_mesh(3, lease_s=9)
     for node, name in zip(mesh.nodes, ("alice", "bob", "carol")):
         mesh.hello(node, name, group=GROUP)
     a, b, c = mesh.nodes
@@ -51,9 +51,13 @@ def test_a_killed_brokers_sessions_leave_the_others_within_the_liveness_window()
     mesh.advance(1.0)                         # links heartbeat; all three live
     mesh.seen = {node: [] for node in mesh.nodes}
     mesh.kill(b)
-    mesh.advance(liveness - 1.0)
+    mesh.advance(liveness + 1.0)              # silent, but its lease row is live
     assert left(mesh, a, b"alice") == left(mesh, c, b"carol") == []
-    mesh.advance(2.0)
+    assert listed(mesh, a, b"alice") == ["bob", "carol"]
+    answer = result_for(mesh.call(a, b"alice", "send", "m1", to="bob", message="hi"),
+                        b"alice", "m1")
+    assert (answer["ok"], answer["code"]) == (False, "broker_unreachable")
+    mesh.advance(9.0)                         # its lease ends by the store's clock
     assert left(mesh, a, b"alice") == left(mesh, c, b"carol") == ["bob"]
     assert listed(mesh, a, b"alice") == ["carol"]
     assert listed(mesh, c, b"carol") == ["alice"]

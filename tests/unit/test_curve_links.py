@@ -3,7 +3,7 @@ what a broker says about a broker it cannot link to (engines wired in memory).""
 
 from __future__ import annotations
 
-from broker.core.kernel.commands import LinkOpen, LinkSend
+from broker.core.kernel.commands import LinkOpen, LinkSend, ReadBrokers
 from broker.core.kernel.records import LeaseRenewed
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
@@ -51,15 +51,19 @@ def test_the_warning_goes_once_the_unlinkable_brokers_row_is_gone():
     assert "warnings" not in status_of(pair, pair.a)
 
 
-def test_a_curve_broker_ignores_a_hello_from_a_broker_whose_row_it_has_not_read():
+def test_a_hello_from_a_broker_whose_row_is_not_read_yet_is_kept_and_taken_once_it_is():
     pair = Pair()
     pair.a.engine.cluster.curve_public = "key-a"
     pair.b.engine.cluster.curve_public = "key-b"
     out = pair.b.engine.brokers_read([row(pair.a, "key-a")], pair.b.now)
     (hello,) = [env for c in out if isinstance(c, LinkSend) for env in c.envs]
-    pair.a.engine.receive_batch(b"link-bb", [hello], pair.a.now)
-    assert pair.a.engine.cluster.peers == {}
-    assert pair.a.engine.stats["link.refused.invalid_grant"] == 1
+    out = pair.a.engine.receive_batch(b"link-bb", [hello], pair.a.now)
+    assert pair.a.engine.cluster.peers == {}            # no CURVE link without its row's key
+    assert ReadBrokers() in out                         # ... which is read now, not in a second
+    out = pair.a.engine.brokers_read([row(pair.b, "key-b")], pair.a.now)
+    peer = pair.a.engine.cluster.peers["bb"]
+    assert (peer.identity, peer.curve_public) == (b"link-bb", "key-b")
+    assert LinkOpen("bb", "ipc:///tmp/bb.sock", "key-b") in out
 
 
 def test_a_refused_handshake_opens_the_link_again_and_fails_what_waited_on_it():

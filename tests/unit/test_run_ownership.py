@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from broker.core import Send
 from broker.core.kernel.commands import AdoptRuns, LinkSend
-from broker.core.kernel.records import LeaseRenewed
+from broker.core.kernel.records import LeaseReleased, LeaseRenewed
 from broker.core.sessions.grants import link_proof
 from broker.core.cluster.ownership import ADOPT_RETRY_S
 from schemas.limits import ADOPT_GRACE_S
@@ -16,6 +16,12 @@ from tests.unit.brokers_in_memory import linked_pair
 
 RUN = "r-own"
 PLAN = f"workflow:{RUN}/plan"
+
+
+def a_stops(pair, now: float) -> list:
+    """Broker A stops cleanly: its lease row goes, and B hears its ``link_bye``."""
+    pair.store.apply([LeaseReleased("ba")])
+    return pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], now)
 
 
 def hosted(pair):
@@ -71,7 +77,7 @@ def test_a_stopped_brokers_runs_are_adopted_where_their_host_arrives():
     pair.settle()
     host_id = pair.a.engine.state.runs[RUN].host_id
     pair.a.engine.state.wall = pair.a.now
-    bye = pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    bye = a_stops(pair, pair.b.now)
     assert not any(isinstance(c, AdoptRuns) for c in bye)        # it waits for the host
     out = pair.call(pair.b, b"bob", "send", "m4", to=PLAN, message="early")
     assert out == [AdoptRuns("ba")]          # the store is asked now; the send waits
@@ -89,7 +95,7 @@ def test_a_stopped_brokers_runs_are_adopted_where_their_host_arrives():
 def test_an_adoption_the_store_failed_is_asked_again():
     pair = linked_pair()
     hosted(pair)
-    pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    a_stops(pair, pair.b.now)
     orphans = pair.b.engine.cluster.orphans["ba"]
     out = pair.b.engine.tick(orphans.adopt_at)
     assert AdoptRuns("ba") in out
@@ -103,7 +109,7 @@ def test_orphans_nobody_asked_for_are_adopted_once_the_brokers_adoption_grace_en
         pair = linked_pair(adopt_grace_s=grace)
         hosted(pair)
         gone_at = pair.b.now
-        pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], gone_at)
+        a_stops(pair, gone_at)
         assert AdoptRuns("ba") not in pair.b.engine.tick(gone_at + grace - 0.1)
         assert AdoptRuns("ba") in pair.b.engine.tick(gone_at + grace)
 
@@ -115,7 +121,7 @@ def test_a_path_send_the_runs_broker_never_answered_is_answered_by_the_adopter()
     out = pair.b.engine.receive(b"bob", envelope("call", id="m6", action="send", to=PLAN,
                                                  message="in flight"), pair.b.now)
     assert [e["k"] for c in out if isinstance(c, LinkSend) for e in c.envs] == ["forward"]
-    gone = pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    gone = a_stops(pair, pair.b.now)
     assert AdoptRuns("ba") in gone                        # the send waits for its run
     assert not [c for c in gone if isinstance(c, Send) and c.env.get("re") == "m6"]
     pair.b._track(pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now))
@@ -139,7 +145,7 @@ def test_a_stages_subagent_that_reaches_another_broker_is_sent_to_the_runs_broke
 def test_pipelined_sends_waiting_for_a_failed_adoption_are_all_answered_after_the_retry():
     pair = linked_pair()
     hosted(pair)
-    pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    a_stops(pair, pair.b.now)
     waiting = pair.b.engine.receive(b"bob", envelope("sends", to=PLAN, ids=["p1", "p2"],
                                                      messages=["one", "two"]), pair.b.now)
     assert waiting == [AdoptRuns("ba")]                      # parked, nothing answered
@@ -195,7 +201,7 @@ def test_host_operations_during_an_adoption_wait_for_it_and_are_answered():
     pair = linked_pair()
     hosted(pair)
     alice = pair.a.engine.state.registry.by_identity[b"alice"]
-    pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)   # A stops
+    a_stops(pair, pair.b.now)   # A stops
     back = pair.hello(pair.b, "alice", sessionId=alice.id, token=alice.token)
     assert back["reclaimed"] is True
     assert AdoptRuns("ba") in pair.b.last or AdoptRuns("ba") in pair.seen[pair.b]
@@ -219,6 +225,7 @@ def adopted_elsewhere(msg_id: str):
     hosted(pair)
     b = pair.b.engine
     now = pair.b.now
+    pair.store.apply([LeaseReleased("ba")])
     b.receive_batch(b"link-ba", [envelopes.link_bye()], now)
     assert b.receive(b"bob", envelope("call", id=msg_id, action="send", to=PLAN,
                                       message="moving"), now) == [AdoptRuns("ba")]

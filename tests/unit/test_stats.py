@@ -129,7 +129,7 @@ def test_sessions_opening_and_leaving_and_refusals_are_noted_for_the_log():
     assert bus.engine.take_notes() == []
 
 
-def test_a_linked_broker_is_listed_and_one_taken_for_dead_is_noted_with_its_sessions():
+def test_a_linked_broker_is_listed_and_one_gone_quiet_is_noted_unreachable_with_its_sessions():
     from .brokers_in_memory import linked_pair
 
     pair = linked_pair()
@@ -144,5 +144,7 @@ def test_a_linked_broker_is_listed_and_one_taken_for_dead_is_noted_with_its_sess
     a.advance(a.engine.state.limits.liveness_s * 0.6)
     a.feed(b"ops", envelope("hb"))
     a.advance(a.engine.state.limits.liveness_s * 0.6)      # bb said nothing meanwhile
-    gone = [f for e, f in a.engine.take_notes() if e == "broker_gone"]
-    assert [(f["peer"], f["sessions"]) for f in gone] == [("bb", 1)]
+    quiet = [f for e, f in a.engine.take_notes() if e == "broker_unreachable"]
+    assert [(f["peer"], f["sessions"]) for f in quiet] == [("bb", 1)]
+    assert [(p["brokerId"], p["linked"], p["unreachable"]) for p in stats(a)["brokers"]["peers"]] \
+        == [("bb", False, True)]

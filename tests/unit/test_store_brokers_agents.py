@@ -129,9 +129,10 @@ def test_an_id_held_by_a_live_broker_is_refused_to_another_and_the_rest_of_the_b
 
 
 def test_an_id_is_claimed_from_a_broker_whose_lease_ended_or_that_the_claimant_saw_die(store):
-    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 300), lease("b3", NOW + 300),
+    # Judged by the store's clock (on PostgreSQL the server's, whatever ``at`` says).
+    store.apply([lease("b1", NOW - 1), lease("b2", NOW + 300), lease("b3", NOW + 300),
                  SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b2", NOW)])
-    assert store.apply([SessionClaimed("x", "b3", NOW + 60),
+    assert store.apply([SessionClaimed("x", "b3", NOW),
                         SessionClaimed("y", "b3", NOW, gone=["b2"])]) == []
     assert store.claims() == {"x": "b3", "y": "b3"}
 

@@ -53,6 +53,10 @@ def hand(state: State, session: Session, broker_id: str, name: str, env: dict,
     for a control connection: it is no mirror there, so nobody could answer it."""
     if session.is_control:
         raise BusError("control_other_broker", name=name, broker=broker_id)
+    peer = state.cluster.peers.get(broker_id)
+    if peer is not None and peer.silent:
+        # Its lease says it lives, its link says nothing: never queue into a copy here.
+        raise BusError("broker_unreachable", name=name, broker=broker_id)
     mine = state.cluster.forwarded.setdefault(session.id, {})
     kept = env if again else None
     for request_id in ids:
@@ -94,11 +98,12 @@ def _join_granted(state: State, session: Session, answer: dict) -> None:
     answer["groups"] = list(session.groups)
 
 
-def broker_gone(state: State, peer: Peer, again: bool = True) -> list[tuple[bytes, dict]]:
-    """Every request waiting on ``peer`` fails now, except (``again``) those for a
-    workflow path: returned (identity, envelope) to be handled again, so the run's
-    adopter answers them (with the first answer, if ``peer`` had committed one: the
-    store keeps one entry per request)."""
+def broker_gone(state: State, peer: Peer, again: bool = True,
+                code: str = "peer_disconnected") -> list[tuple[bytes, dict]]:
+    """Every request waiting on ``peer`` fails now with ``code``, except (``again``)
+    those for a workflow path: returned (identity, envelope) to be handled again, so
+    the run's adopter answers them (with the first answer, if ``peer`` had committed
+    one: the store keeps one entry per request)."""
     cluster = state.cluster
     handled: dict[int, tuple[bytes, dict]] = {}
     for session_id in list(cluster.forwarded):
@@ -114,7 +119,7 @@ def broker_gone(state: State, peer: Peer, again: bool = True) -> list[tuple[byte
                 handled[id(where.env)] = (session.identity, where.env)
             else:
                 state.answer(session, request_id,
-                             BusError("peer_disconnected", name=where.target_name))
+                             BusError(code, name=where.target_name, broker=peer.broker_id))
         if not mine:
             del cluster.forwarded[session_id]
     return list(handled.values())

@@ -17,14 +17,22 @@ authenticator allows the keys of the rows it reads. A broker with CURVE and one
 without do not link (:func:`_unlinkable`): each notes the other once in
 ``Cluster.unlinked``, which ``status`` shows and the shell logs. A link whose
 handshake the other broker refused (it had not read this broker's row yet) is opened
-again (:func:`link_refused`).
+again (:func:`link_refused`). A ``link`` from a broker whose row this one has not read
+yet is kept and the rows read at once (:func:`_hello`), so a newcomer links at its first
+hello; and a peer that has not said ``link`` to this broker, or has gone quiet, is sent
+this broker's ``link`` and a ``link_reset`` (which asks for its own) again, with a
+backoff of 1 s doubling to :data:`HELLO_BACKOFF_MAX_S` (:func:`tick`): a link that holds
+one way only heals by itself.
 
-A broker is gone when its link is silent for the liveness window, when it says
-``link_bye``, or when its lease row is no longer live: its mirrors leave (sessions
-here hear ``session_left``), and requests waiting on it fail with
-``peer_disconnected`` (:mod:`broker.core.cluster.forwarding`). A gone broker that speaks
-again is asked (``link_reset``) to say ``link`` again, and is then a peer like any
-other.
+A broker is *gone* only when the database says so: its lease row is no longer live by
+the database's clock, or it said ``link_bye`` (its row is released as it stops). Its
+mirrors leave then (sessions here hear ``session_left``), requests waiting on it fail
+with ``peer_disconnected`` (:mod:`broker.core.cluster.forwarding`), and its runs are
+orphans (:mod:`broker.core.cluster.ownership`). A link silent for the liveness window
+is only *unreachable* (``Peer.silent``): requests waiting on it, and new ones for its
+sessions and runs, fail at once with ``broker_unreachable``; its sessions stay
+listed, its runs stay its own, and nobody adopts them. When it speaks again the two
+say ``link`` to each other again, so both have the whole picture of the other.
 
 A ``list`` of a session here that is a member of another broker's run asks that
 broker for the run's rows (``link_list``, :mod:`broker.core.cluster.remote_listing`).
@@ -49,7 +57,7 @@ from schemas.names import PRESENCE_EVENTS
 from broker.core.cluster import remote_conversations as conversation_mirrors, forwarding, mirrors, ownership, remote_listing
 from broker.core.agents import invoke_actions as invoking, respond_action as respond
 from broker.core.cluster.peers import Peer, link_row, mirror_of
-from broker.core.kernel.commands import LinkClose, LinkOpen, LinkSend, Send
+from broker.core.kernel.commands import LinkClose, LinkOpen, LinkSend, ReadBrokers, Send
 from broker.core.kernel.records import LeaseRenewed
 from broker.core.sessions.connect import disconnect
 from broker.core.kernel.dispatch import handle
@@ -59,6 +67,8 @@ from broker.core.kernel.state import State
 
 _PRESENCE = frozenset(PRESENCE_EVENTS)
 _FORWARDED = frozenset({"call", "sends", "supervisor", "workflow"})   # what cluster.placement may forward
+HELLO_BACKOFF_MAX_S = 8.0    # a peer that does not answer this broker's link is told again
+EARLY_HELLOS = 64            # links kept from brokers whose rows were not read yet
 
 
 def is_hello(env: Any) -> bool:
@@ -83,13 +93,19 @@ def brokers_read(state: State, rows: list[LeaseRenewed], now: float) -> None:
         why = _unlinkable(cluster.curve_public, row)
         if why is None:
             _meet(state, broker_id, endpoint, until, now, row.curve_public)
+            early = cluster.early_hellos.pop(broker_id, None)
+            if early is not None:
+                _hello(state, early[0], early[1], now)
         else:
             cluster.unlinked[broker_id] = why
             state.stats["brokers.unlinked.curve_mismatch"] += 1
-    for peer in [p for b, p in cluster.peers.items() if b not in seen and p.lease_until <= state.wall]:
+    # The store read only the rows live by its clock: the others' leases ended.
+    for peer in [p for b, p in cluster.peers.items() if b not in seen]:
         _part(state, peer, "lease ended", now)
     for broker_id in [b for b in cluster.unlinked if b not in seen]:
         del cluster.unlinked[broker_id]
+    for broker_id in [b for b in cluster.early_hellos if b not in seen]:
+        del cluster.early_hellos[broker_id]
 
 
 def link_refused(state: State, broker_id: str) -> None:
@@ -121,12 +137,8 @@ def receive(state: State, identity: bytes, envs: list, now: float) -> None:
                 state.stats["link.unknown"] += 1
                 continue
             peer.heard_at = now
-            if peer.gone:
-                # It was given up on, so its sessions are gone here: ask for them again.
-                state.out.append(LinkSend(peer.broker_id, [envelopes.link_reset()]))
-                peer.gone = False
-                _say_hello(state, peer)
-                continue
+            if peer.silent:
+                _heard_again(state, peer, now)
             _LINK_HANDLERS[kind](state, peer, env, now)
         except BusError as error:
             state.stats[f"link.refused.{error.code}"] += 1
@@ -140,8 +152,14 @@ def tick(state: State, now: float) -> None:
     cluster = state.cluster
     cutoff = now - state.limits.liveness_s
     for peer in cluster.linked():
-        if peer.identity is not None and peer.heard_at < cutoff:
-            _part(state, peer, "silent", now, keep=True)
+        if not peer.silent and peer.heard_at < cutoff:
+            _silent(state, peer, now)
+        if (peer.silent or peer.identity is None) and now >= peer.hello_at:
+            # It has not said link here, or went quiet: say ours, and ask for its own.
+            peer.hello_every_s = min(max(peer.hello_every_s * 2, 1.0), HELLO_BACKOFF_MAX_S)
+            peer.hello_at = now + peer.hello_every_s
+            state.stats["link.hello_again"] += 1
+            _say_hello(state, peer, reset=True)
     ownership.tick(state, now)
     if now >= cluster.next_heartbeat_at:
         cluster.next_heartbeat_at = now + heartbeat_s(state.limits.liveness_s)
@@ -214,20 +232,25 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
     cluster = state.cluster
     peer = cluster.peers.get(broker_id)
     if peer is None and cluster.curve_public:
-        # Its key was allowed from its lease row, so that row was read and it is a
-        # peer; a CURVE link is never opened without the key a row names.
-        raise BusError("invalid_grant")
+        # A CURVE link is opened only with the key the other's row names: its row
+        # is read now, and its link taken then (brokers_read). A newcomer says link
+        # before this broker's next periodic read of the rows.
+        if broker_id in cluster.early_hellos or len(cluster.early_hellos) < EARLY_HELLOS:
+            cluster.early_hellos[broker_id] = (identity, env)
+        state.stats["link.hello_early"] += 1
+        state.out.append(ReadBrokers())
+        return
     if peer is None:
         peer = _meet(state, broker_id, env["endpoint"], env["until"], now)
-    elif peer.gone:
-        peer.gone = False
-        _say_hello(state, peer)
+    elif peer.silent:
+        _heard_again(state, peer, now)
     if peer.identity is not None and peer.identity != identity:
         cluster.by_link.pop(peer.identity, None)
     if peer.identity != identity:
         state.note("broker_linked", peer=broker_id, endpoint=peer.endpoint)
     peer.identity = identity
     peer.heard_at = now
+    peer.hello_every_s = 0.0
     peer.lease_until = max(peer.lease_until, env["until"])
     cluster.by_link[identity] = broker_id
     # The whole picture: mirrors it no longer holds leave, the others are (re)made.
@@ -349,27 +372,56 @@ def _meet(state: State, broker_id: str, endpoint: str, until: float, now: float,
         _part(state, old, "replaced", now)
     # Heard of now: one that never links back is as silent as one that stopped.
     peer = state.cluster.peers[broker_id] = Peer(broker_id, endpoint, until, curve_public,
-                                                 heard_at=now)
+                                                 heard_at=now, hello_at=now + 1.0)
     state.cluster.shared = True
     state.out.append(LinkOpen(broker_id, endpoint, curve_public))
     _say_hello(state, peer)
     return peer
 
 
-def _say_hello(state: State, peer: Peer) -> None:
+def _say_hello(state: State, peer: Peer, reset: bool = False) -> None:
+    """Tell ``peer`` the whole picture (``link``); ``reset``: and ask for its own."""
     cluster = state.cluster
     rows = [_row(state, s) for s in state.registry.by_id.values()
             if s.broker is None and not s.is_control]
     # Changes not yet flushed are in the rows already.
-    state.out.append(LinkSend(peer.broker_id, [envelopes.link(
+    envs = [envelopes.link(
         state.broker_id, link_proof(state.grant_key, state.broker_id), cluster.endpoint,
         state.wall + cluster.lease_s, rows, sorted(state.runs),
-        ownership.held_subagents(state, state.runs))]))
+        ownership.held_subagents(state, state.runs))]
+    if reset:
+        envs.append(envelopes.link_reset())
+    state.out.append(LinkSend(peer.broker_id, envs))
 
 
-def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False) -> None:
-    """``peer`` is gone: its sessions leave, requests waiting on it fail. ``keep``: it
-    may come back (its lease row is still live), so its link stays open."""
+def _silent(state: State, peer: Peer, now: float) -> None:
+    """``peer``'s link has been quiet for the liveness window. Its lease, not its link,
+    says whether it lives: it is only unreachable from here. Requests waiting on it fail
+    now with ``broker_unreachable`` (it may have handled them: a resend with the same
+    message id is answered from what it kept), and new ones fail at once until it
+    speaks again (:func:`broker.core.cluster.forwarding.hand`); nothing is adopted or
+    forgotten."""
+    peer.silent = True
+    peer.hello_at = now
+    state.stats["brokers.unreachable"] += 1
+    state.note("broker_unreachable", peer=peer.broker_id, sessions=len(peer.mirrors))
+    forwarding.broker_gone(state, peer, again=False, code="broker_unreachable")
+    remote_listing.broker_gone(state, peer)
+
+
+def _heard_again(state: State, peer: Peer, now: float) -> None:
+    """A quiet ``peer`` speaks again: each tells the other the whole picture anew, since
+    what either said meanwhile may have been lost with the connection."""
+    peer.silent = False
+    peer.hello_every_s = 0.0
+    state.stats["brokers.reachable_again"] += 1
+    state.note("broker_reachable", peer=peer.broker_id)
+    _say_hello(state, peer, reset=True)
+
+
+def _part(state: State, peer: Peer, reason: str, now: float) -> None:
+    """``peer`` is gone (its lease ended, or it stopped): its sessions leave, requests
+    waiting on it fail or wait for its runs' adoption, its link closes."""
     cluster = state.cluster
     state.stats[f"brokers.gone.{reason.replace(' ', '_')}"] += 1
     state.note("broker_gone", peer=peer.broker_id, reason=reason, sessions=len(peer.mirrors))
@@ -382,11 +434,10 @@ def _part(state: State, peer: Peer, reason: str, now: float, keep: bool = False)
     for identity, request in forwarding.broker_gone(state, peer):
         handle(state, identity, request, now)     # it waits for the run's adoption
     remote_listing.broker_gone(state, peer)
-    if not keep:
-        if peer.identity is not None:
-            cluster.by_link.pop(peer.identity, None)
-        del cluster.peers[peer.broker_id]
-        state.out.append(LinkClose(peer.broker_id))
+    if peer.identity is not None:
+        cluster.by_link.pop(peer.identity, None)
+    del cluster.peers[peer.broker_id]
+    state.out.append(LinkClose(peer.broker_id))
 
 
 def _row(state: State, session) -> dict[str, Any]:

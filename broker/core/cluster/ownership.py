@@ -27,6 +27,21 @@ hands over its sticky entries; every other broker knows only *who* owns it
   then behaves as after a restart of its broker: its host holds a fresh lease.
 * At start a broker takes the runs no live broker owns (:meth:`broker.store.Store.load`).
 
+Who is alive, and so who may take a run, is the database's word alone: a broker is
+dead when its lease row has ended by the database's clock (or it said ``link_bye``),
+never because its link went quiet (:mod:`broker.core.cluster.links`). Every run has an
+*epoch*, bumped by the store each time the run changes owner (an adoption, a take at
+start), and every write this broker makes for a run names it (see
+:meth:`broker.core.kernel.state.State.persist`): the store applies it only while the
+run is still this broker's at that epoch. So a broker that lost a run can never write
+to it, and a write the store fenced out (:func:`depose`) means exactly that: the run
+leaves this broker's memory, its stage sessions here say hello again (and are sent to
+the run's broker), and requests for it are refused ``run_moving`` until the new
+owner's word comes. A broker that cannot renew its lease stops acting as owner before
+the lease can end (:func:`lapse`, called by the engine), and takes its runs back,
+through the same compare-and-set as an adoption, once a renewal commits again
+(:func:`regained`): whatever another broker took meanwhile stays that broker's.
+
 A request for a run this broker's adoption did not get (another broker took it first)
 waits again, for that broker's word over its link, or for one more adoption after
 :data:`ADOPT_RETRY_S`; only then is it handled as for an unknown run. Host operations
@@ -46,6 +61,8 @@ from schemas.errors import BusError
 from schemas.limits import ADOPT_RETRY_S
 
 from broker.core.cluster.peers import Peer
+from broker.core.sessions.connect import disconnect
+from broker.core.workflow.hosting import forget
 from broker.core.kernel.commands import AdoptRuns
 from broker.core.workflow.paths import parse_path, path_run  # noqa: F401  (path_run: callers name it here)
 from broker.core.kernel.records import Snapshot, StickyDelivery
@@ -54,6 +71,8 @@ from broker.core.kernel.state import State
 from broker.core.workflow.sticky_queue import entry_from_row
 
 MAX_PARKED = 1024        # requests waiting for one dead broker's runs; then run_moving
+MOVING_S = 30.0          # how long a run this broker lost is refused run_moving, at most,
+                         # while the new owner's word has not come
 MAX_SUBAGENTS_TOLD = 1024   # subagents of one dormant run kept from another broker's word
 
 
@@ -160,6 +179,7 @@ def told(state: State, peer: Peer, owned: list, dropped: list,
     for run_id in owned:
         if run_id.__class__ is str and run_id not in state.runs:
             owners[run_id] = peer.broker_id
+            state.cluster.moving.pop(run_id, None)
     return again
 
 
@@ -180,8 +200,10 @@ def peer_gone(state: State, peer: Peer, now: float) -> None:
 
 
 def orphaned(state: State, run_id: object) -> bool:
-    """Whether ``run_id`` is a dead broker's run that nobody adopted yet."""
-    return any(run_id in orphans.hosts for orphans in state.cluster.orphans.values())
+    """Whether ``run_id`` is a dead broker's run that nobody adopted yet, or one this
+    broker lost (deposed, or its lease lapsed) whose new owner has not spoken yet."""
+    return run_id in state.cluster.moving or \
+        any(run_id in orphans.hosts for orphans in state.cluster.orphans.values())
 
 
 def hold(state: State, run_id: object, now: float, identity: bytes, env: dict) -> None:
@@ -190,7 +212,11 @@ def hold(state: State, run_id: object, now: float, identity: bytes, env: dict) -
     the request waits for it, to be handled again once the run has an owner (here or
     elsewhere).
 
-    Raises BusError(run_moving) when too many requests wait already."""
+    Raises BusError(run_moving) when too many requests wait already, or at once for a
+    run this broker lost or holds no lease for: nothing is queued into a copy."""
+    own = state.cluster.orphans.get(state.broker_id)
+    if run_id in state.cluster.moving or (own is not None and run_id in own.hosts):
+        raise BusError("run_moving", run_id=run_id, endpoint=state.cluster.endpoint)
     for dead, orphans in state.cluster.orphans.items():
         if run_id in orphans.hosts:
             _ask(state, dead, orphans, now)
@@ -210,10 +236,70 @@ def arrived(state: State, session_id: str, now: float) -> None:
 
 
 def tick(state: State, now: float) -> None:
-    """Orphans past their grace are adopted; a failed adoption is asked again."""
+    """Orphans past their grace are adopted; a failed adoption is asked again; runs
+    lost long ago with no word of their new owner are unknown runs again."""
     for dead, orphans in state.cluster.orphans.items():
         if now >= orphans.adopt_at:
             _ask(state, dead, orphans, now)
+    moving = state.cluster.moving
+    for run_id in [r for r, until in moving.items() if now >= until]:
+        del moving[run_id]
+
+
+def depose(state: State, run_ids, now: float) -> None:
+    """The store fenced out this broker's writes for ``run_ids`` (another broker took
+    them: their owner or epoch changed): they leave this broker (see the module
+    docstring), and requests for them are refused ``run_moving`` until the new owner
+    speaks."""
+    dropped = _drop(state, run_ids, now)
+    for run_id in dropped:
+        state.cluster.moving[run_id] = now + MOVING_S
+    if dropped:
+        state.stats["runs.deposed"] += len(dropped)
+        state.note("runs_deposed", runs=sorted(dropped))
+
+
+def lapse(state: State, now: float) -> None:
+    """This broker's lease may end before it can renew it (a renewal failed, or the
+    process was paused): it stops acting as the owner of its runs now, before another
+    broker may take them. They wait, as this broker's own orphans, for a renewal to
+    commit (:func:`regained`); requests for them are refused ``run_moving`` meanwhile."""
+    hosts = {run_id: run.host_id or run.last_host_id for run_id, run in state.runs.items()}
+    _drop(state, list(hosts), now)
+    if hosts:
+        # Not asked for until the lease is renewed (regained sets the time).
+        state.cluster.orphans[state.broker_id] = Orphans(float("inf"), hosts)
+    state.stats["lease.lapsed"] += 1
+    state.note("lease_lapsed", runs=sorted(hosts))
+
+
+def regained(state: State, now: float) -> None:
+    """A lease renewal committed after a lapse: this broker's runs that nobody took
+    meanwhile are taken back (the store's compare-and-set, under a new epoch)."""
+    orphans = state.cluster.orphans.get(state.broker_id)
+    if orphans is not None:
+        orphans.adopt_at = now
+        _ask(state, state.broker_id, orphans, now)
+    state.note("lease_regained")
+
+
+def _drop(state: State, run_ids, now: float) -> list[str]:
+    """Take ``run_ids`` out of this broker's memory without a write: their entries
+    stay as stored, for whoever owns them; their stage sessions here are let go (their
+    clients say hello again and are sent to the run's broker)."""
+    dropped = []
+    for run_id in run_ids:
+        run = state.runs.get(run_id)
+        if run is None:
+            continue
+        state.sticky.drop_run(run_id)
+        forget(state, run)
+        dropped.append(run_id)
+        for session in [s for s in state.registry.by_id.values()
+                        if s.broker is None and s.binding is not None
+                        and s.binding.run_id == run_id]:
+            disconnect(state, session, "run moved", now)
+    return dropped
 
 
 def _ask(state: State, dead: str, orphans: "Orphans", now: float) -> None:
@@ -258,7 +344,9 @@ def take(state: State, snapshot: Snapshot) -> list[Run]:
     runs = []
     for saved_run in snapshot.runs:
         run = Run.from_record(saved_run.record)
+        run.epoch = saved_run.epoch
         state.runs[run.run_id] = run
+        state.cluster.moving.pop(run.run_id, None)
         registered(state, run.run_id)
         runs.append(run)
         if run.last_host_id:

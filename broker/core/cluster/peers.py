@@ -74,7 +74,13 @@ class Peer:
     curve_public: str = ""             # the CURVE key its ROUTER serves with, from its row
     identity: bytes | None = None      # its link on our ROUTER, once it said hello
     heard_at: float = 0.0              # monotonic: last frame on its link, or when met
-    gone: bool = False                 # silent past the liveness window, or said bye
+    gone: bool = False                 # said bye, or its lease row ended: it is dead
+    # Its link has been quiet past the liveness window. It is *not* dead (only its
+    # lease row decides that): requests for its sessions and runs fail at once with
+    # ``broker_unreachable`` until it speaks again, nothing of it is forgotten.
+    silent: bool = False
+    hello_at: float = 0.0              # monotonic: when this broker says ``link`` to it again
+    hello_every_s: float = 0.0         # backoff of those hellos while it has not answered
     mirrors: set[str] = field(default_factory=set)
 
 
@@ -101,6 +107,9 @@ class Cluster:
     # Brokers that said bye: their row may still be read before its release commits.
     departed: RecentSet = field(default_factory=lambda: RecentSet(64))
     unlinked: dict[str, str] = field(default_factory=dict)   # broker id -> why not, for people
+    # Links from brokers whose rows were not read yet (CURVE): broker id -> (identity,
+    # envelope), taken once the rows are read (broker.core.cluster.links).
+    early_hellos: dict[str, tuple[bytes, dict]] = field(default_factory=dict)
     next_heartbeat_at: float = 0.0
     # Another broker shared the store since this one started (so it may have committed
     # jobs this broker never held: see broker.core.agents.conversations.joined).
@@ -115,6 +124,9 @@ class Cluster:
     run_owners: dict[str, str] = field(default_factory=dict)
     runs_changed: dict[str, bool] = field(default_factory=dict)
     orphans: dict[str, Any] = field(default_factory=dict)
+    # Runs this broker lost (fenced out: another broker took them) whose new owner has
+    # not spoken yet: run id -> until when (monotonic) they are refused run_moving.
+    moving: dict[str, float] = field(default_factory=dict)
     # Subagents of other brokers' dormant runs (run id -> their records), so a send to
     # one by name is forwarded to the broker that holds it.
     foreign_subagents: dict[str, list] = field(default_factory=dict)

@@ -96,7 +96,14 @@ def carry_out(state: State, session: Session | None, identity: bytes, where: Pla
               env: dict, ids: list, now: float) -> None:
     """Do what :func:`place` decided for ``env`` (request ids ``ids``)."""
     if isinstance(where, Forward):
-        hand(state, session, where.broker_id, where.name, env, ids, again=where.again)
+        try:
+            hand(state, session, where.broker_id, where.name, env, ids, again=where.again)
+        except BusError as error:
+            if error.code != "broker_unreachable":
+                raise
+            for request_id in ids:          # every request of a pipelined batch
+                if request_id.__class__ is str:
+                    state.answer(identity, request_id, error)
         return
     try:
         ownership.hold(state, where.run_id, now, identity, env)

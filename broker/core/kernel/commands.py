@@ -132,10 +132,13 @@ Command = (Send | Publish | Persist | Deliver | Answer | ReadJobs | LinkOpen | L
 
 @dataclass(frozen=True, slots=True)
 class RenewLease:
-    """Write this broker's lease row, valid ``lease_s`` seconds from now (wall clock:
-    other processes read it), and read the other brokers' rows in the same batch."""
+    """Write this broker's lease row, valid ``lease_s`` seconds from now by the
+    store's clock (other processes read it), and read the other brokers' rows in the
+    same batch. ``ticket``: its commit (or failure) is reported like a record's, so the
+    engine knows how long it may act as the owner of its runs."""
 
     lease_s: float
+    ticket: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from broker.core.workflow import hosting, stage_binding as stages
 from broker.core.agents import invoke_actions as invoking
 from broker.core.cluster import links, ownership, remote_listing
 from broker.core.agents.registry import Conversation
-from broker.core.kernel.commands import Answer, Command
+from broker.core.kernel.commands import Answer, Command, RenewLease
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
 from broker.core.cluster.lease_clock import LeaseClock
 from broker.core.kernel import inputs
@@ -53,7 +53,7 @@ from broker.core.kernel.records import (InvocationSaved, InvocationState, LeaseR
 from broker.core.sessions.registry import Registry
 from broker.core.sessions.identity_table import IdentityRecord
 from broker.core.kernel.secret_ids import new_session_id, new_token
-from broker.core.kernel.state import Limits, State
+from broker.core.kernel.state import Limits, State, Ticket
 from broker.core.workflow.sticky_queue import SEQ_TAG_BITS
 
 SWEEP_INTERVAL_S = 0.5
@@ -161,7 +161,14 @@ class Engine:
     def handle(self, event: inputs.Input) -> list[Command]:
         """The one entry point: handle one input from the shell (see
         :mod:`broker.core.kernel.inputs`); returns the commands to carry out. The
-        methods below are the same inputs taken apart, kept for tests and tools."""
+        methods below are the same inputs taken apart, kept for tests and tools.
+
+        Before any input, a broker sharing its store checks its lease: one that may
+        have run out (see :mod:`broker.core.cluster.lease_clock`) stops acting as the
+        owner of its runs first."""
+        now = getattr(event, "now", None)
+        if now is not None and self.state.cluster.shared and self.lease_clock.lapses(now):
+            ownership.lapse(self.state, now)
         return _INPUTS[event.__class__](self, event)
 
     def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None,
@@ -214,6 +221,14 @@ class Engine:
                 stages.host_returned(state, host)
         for identity, env in parked:
             handle(state, identity, env, now)       # waited for the run: it is here now
+        return self._flush()
+
+    def runs_fenced(self, run_ids: list[str], now: float,
+                    wall: float | None = None) -> list[Command]:
+        """The store fenced out this broker's writes for ``run_ids``: deposed from them
+        (see :func:`broker.core.cluster.ownership.depose`)."""
+        self.state.wall = now if wall is None else wall
+        ownership.depose(self.state, run_ids, now)
         return self._flush()
 
     def jobs_read(self, rows: list[InvocationSaved], now: float,
@@ -271,6 +286,8 @@ class Engine:
             hosting.expire_leases(state)
         lease = self.lease_clock.due(now)
         if lease is not None:
+            if lease.__class__ is RenewLease:
+                lease = RenewLease(lease.lease_s, self._renewal_ticket(now))
             state.out.append(lease)
         departures.refill(state)
         departures.tell(state)
@@ -281,6 +298,19 @@ class Engine:
         if state.cluster.listing:
             remote_listing.expire(state, now)
         return self._flush()
+
+    def _renewal_ticket(self, sent_at: float) -> int:
+        """A ticket for a lease renewal sent at ``sent_at``: its commit extends how long
+        this broker acts on its lease, and ends a lapse (its runs are taken back)."""
+        state = self.state
+
+        def renewed(now: float) -> None:
+            if self.lease_clock.renewed(sent_at, now):
+                ownership.regained(state, now)
+
+        state.next_ticket += 1
+        state.tickets[state.next_ticket] = Ticket(renewed)
+        return state.next_ticket
 
     def persisted(self, ticket: int, now: float, wall: float | None = None) -> list[Command]:
         """A write asked for with ``ticket`` is durable."""
@@ -357,6 +387,7 @@ _INPUTS = {
     inputs.CommitKept: lambda e, i: e.persist_kept(i.ticket, i.kept, i.now, i.wall),
     inputs.BrokersRead: lambda e, i: e.brokers_read(i.rows, i.now, i.wall),
     inputs.RunsAdopted: lambda e, i: e.runs_adopted(i.dead, i.snapshot, i.now, i.wall),
+    inputs.RunsFenced: lambda e, i: e.runs_fenced(i.run_ids, i.now, i.wall),
     inputs.JobsRead: lambda e, i: e.jobs_read(i.rows, i.now, i.wall),
     inputs.LinkRefused: lambda e, i: e.link_refused(i.broker_id, i.now, i.wall),
     inputs.Stopping: lambda e, i: e.stopping(i.now, i.wall),

@@ -151,11 +151,13 @@ def _conversations(state: State) -> dict[str, Any]:
 def _brokers(state: State) -> dict[str, Any]:
     cluster = state.cluster
     peers = [{"brokerId": p.broker_id, "endpoint": p.endpoint, "gone": p.gone,
-              "linked": p.identity is not None and not p.gone, "sessions": len(p.mirrors),
+              "linked": p.identity is not None and not p.gone and not p.silent,
+              "unreachable": p.silent, "sessions": len(p.mirrors),
               "leaseUntil": p.lease_until} for p in cluster.peers.values()]
     return {"peers": sorted(peers, key=lambda p: p["brokerId"]),
             "links": sum(1 for p in peers if p["linked"]),
-            "unlinked": dict(cluster.unlinked), "orphaned": sorted(cluster.orphans)}
+            "unlinked": dict(cluster.unlinked), "orphaned": sorted(cluster.orphans),
+            "moving": sorted(cluster.moving)}
 
 
 def _counters(counters: Counter[str]) -> dict[str, Any]:

@@ -106,6 +106,16 @@ class RunsAdopted:
 
 
 @dataclass(frozen=True, slots=True)
+class RunsFenced:
+    """The store refused writes for ``run_ids`` because another broker owns them now
+    (their owner or epoch changed): this broker was deposed from them."""
+
+    run_ids: list[str]
+    now: float
+    wall: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobsRead:
     """Queued invoke jobs read from the store for a ``ReadJobs``."""
 
@@ -136,4 +146,4 @@ class Stopping:
 
 
 Input = (Frame | BadFrame | Tick | Wrote | Committed | CommitFailed | CommitKept | BrokersRead
-         | RunsAdopted | JobsRead | LinkRefused | Stopping | ShellFigures)
+         | RunsAdopted | RunsFenced | JobsRead | LinkRefused | Stopping | ShellFigures)

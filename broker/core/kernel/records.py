@@ -52,6 +52,10 @@ class LeaseRenewed:
     started_at: float
     until: float
     curve_public: str = ""
+    # When set, the lease's length: the store ends it ``lease_s`` after *its own* clock
+    # (PostgreSQL's ``clock_timestamp()``; the host's for SQLite), and ``until`` is
+    # ignored, so no broker's wall clock decides who is alive.
+    lease_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,7 @@ class RunSaved:
     run_id: str
     record: dict[str, Any]
     owner: str = ""
+    epoch: int = 0                  # the owner's epoch of the run: see Fence
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,8 @@ class RunEnded:
     """The run is gone, with every sticky entry and delivery record of it."""
 
     run_id: str
+    owner: str = ""
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +127,8 @@ class StickySaved:
     ack: bool                       # the sender wants undeliverable notices
     position: int                   # its FIFO position when it was queued
     not_in_known_set: bool          # the target matched no known stage then
+    owner: str = ""                 # the run's owner and epoch as the writer holds them
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +137,9 @@ class StickyAnswered:
 
     seq: int
     delivered_to: list[str]
+    run_id: str = ""
+    owner: str = ""
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +151,17 @@ class StickyDelivery:
     transcript: str
     state: str
     at: float
+    run_id: str = ""
+    owner: str = ""
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class StickyDropped:
     seq: int
+    run_id: str = ""
+    owner: str = ""
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +246,8 @@ def refusal_code(record: Record) -> str:
     """The error code the waiter of a refused record gets (see :meth:`Store.apply`)."""
     if type(record) is InvocationState:
         return "invocation_taken"
-    if type(record) is RunSaved:        # another broker owns the run: ask again once
+    if type(record) is RunSaved or type(record) is StickySaved:
+        # Another broker owns the run (adopted it: this one is deposed): ask again once
         return "run_moving"             # this one has its word (forwarded, or adopted)
     if type(record) is SessionClaimed and record.token_hash is not None:
         return "session_id_unverified"    # or held elsewhere: the store does not say which

@@ -18,7 +18,7 @@ Invariants:
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from schemas.errors import BusError
@@ -36,12 +36,16 @@ from broker.core.sessions.departures import Departures
 from broker.core.sessions.grants import UsedGrants
 from broker.core.sessions.identity_table import IdentityTable
 from broker.core.agents.invocation_table import InvocationTable
-from broker.core.kernel.records import Record, StickyRow
+from broker.core.kernel.records import (Record, StickyAnswered, StickyDelivery, StickyDropped,
+                                        StickyRow, StickySaved)
 from broker.core.workflow.run_tree import Run
 from broker.core.sessions.session_rate import SessionRate
 from broker.core.sessions.registry import Registry, Session
 from broker.core.workflow.sticky_queue import StickyQueues
 
+# Writes for a run that this broker fences with the run's epoch as it holds it (see
+# broker.core.cluster.ownership); RunSaved and RunEnded carry theirs from the run.
+_FENCED_WRITES = frozenset({StickySaved, StickyAnswered, StickyDelivery, StickyDropped})
 RECENT_PER_SESSION = 512      # ordinary messages a session can still reply to: 256 to 512
 REFUSALS_KEPT = 32            # the latest refusals, for stats (broker.core.kernel.figures)
 NOTES_KEPT = 10_000           # notes not yet taken by the shell; past it they are counted, not kept
@@ -178,7 +182,15 @@ class State:
         """Queue a store write; ``on_durable`` runs once it is committed, ``on_failed``
         if the commit fails (with ``store_unavailable`` or ``internal_error``),
         ``on_kept`` if the store wrote nothing because it holds the same request
-        (a sticky entry, see :class:`~broker.core.kernel.records.StickyKept`)."""
+        (a sticky entry, see :class:`~broker.core.kernel.records.StickyKept`).
+
+        A write for a run (a sticky entry, its answer, delivery or drop) is fenced here,
+        the one place: it names this broker and the run's epoch, so the store refuses
+        it once another broker has taken the run."""
+        if record.__class__ in _FENCED_WRITES and record.epoch == 0:
+            run = self.runs.get(record.run_id)
+            if run is not None:
+                record = replace(record, owner=self.broker_id, epoch=run.epoch)
         if on_durable is None:
             self.out.append(Persist(record))
             return

@@ -100,7 +100,7 @@ def _answer_when_saved(state: State, session: Session, re: str, run: Run,
 
 def _unregister(state: State, session_id: str, run: Run, joined: bool) -> None:
     """Forget ``run``, registered here by ``session_id`` but owned by another broker."""
-    _forget(state, run)
+    forget(state, run)
     live = state.registry.by_id.get(session_id)
     if live is not None and joined and run.group in live.groups and len(live.groups) > 1:
         change_groups(state, live, [g for g in live.groups if g != run.group])
@@ -237,12 +237,12 @@ def end_run(state: State, session: Session, env: dict, now: float) -> dict[str, 
             undeliverable += 1
             notify_undeliverable(state, entry, "run ended before a matching stage received it")
     close_run(state, run)
-    _forget(state, run)
-    state.persist(RunEnded(run.run_id))
+    forget(state, run)
+    state.persist(RunEnded(run.run_id, state.broker_id, run.epoch))
     return {"runId": run.run_id, "ended": True, "undeliverable": undeliverable}
 
 
-def _forget(state: State, run: Run) -> None:
+def forget(state: State, run: Run) -> None:
     """``run`` is no longer this broker's: out of its tables, and the others told."""
     del state.runs[run.run_id]
     emit(state, RunClosed(run.run_id))

@@ -79,12 +79,13 @@ def send(state: State, session: Session, run: Run, path: WorkflowPath, re: str, 
                 hand_over(state, entry, node, live, at, before_start=False)
                 entry.delivered_to.append(live.id)
         if entry.delivered_to:
-            state.persist(StickyAnswered(entry.seq, list(entry.delivered_to)))
+            state.persist(StickyAnswered(entry.seq, list(entry.delivered_to), entry.run_id))
         _settle(state, session.id, re, entry.answer())
 
     def failed(at: float, error: BusError) -> None:
         state.sticky.release(entry)
-        _settle(state, session.id, re, error)
+        # run_moving: the store fenced the entry out (another broker took the run).
+        _settle(state, session.id, re, run.refusal(error, state.cluster.endpoint))
 
     def kept(at: float, row: StickyRow) -> None:
         state.sticky.release(entry)
@@ -224,7 +225,8 @@ def hand_over(state: State, entry: Entry, node: Node, session: Session, now: flo
     if record:
         transcript = session.binding.transcript if session.binding else session.id
         entry.deliveries[(node.key(), transcript)] = SENT
-        state.persist(StickyDelivery(entry.seq, node.key(), transcript, SENT, state.wall))
+        state.persist(StickyDelivery(entry.seq, node.key(), transcript, SENT, state.wall,
+                                     entry.run_id))
 
 
 def settle_exact(state: State, run: Run, node: Node, reason: str) -> None:

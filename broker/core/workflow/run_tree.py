@@ -135,6 +135,9 @@ class Run:
     anywhere: dict[str, list[Node]] = field(default_factory=dict)      # any node by spelling
     by_key: dict[str, Node] = field(default_factory=dict)
     generation: int = 0                # bumped whenever nodes join the tree
+    # Bumped by the store whenever the run changes owner; every write this broker
+    # makes for the run is fenced by it (see broker.core.cluster.ownership).
+    epoch: int = 1
 
     @property
     def group(self) -> str:
@@ -194,7 +197,7 @@ class Run:
     def saved(self, owner: str) -> RunSaved:
         """The record of this run as broker ``owner``, the one holding it, writes it:
         every run a broker persists names that broker its owner."""
-        return RunSaved(self.run_id, self.record(), owner)
+        return RunSaved(self.run_id, self.record(), owner, self.epoch)
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Run:

@@ -152,7 +152,7 @@ def received(state: State, session: Session, ids: list) -> None:
         if entry is not None and key in entry.deliveries:
             entry.deliveries[key] = ACKED
             state.persist(StickyDelivery(entry.seq, own.node_key, own.transcript, ACKED,
-                                         state.wall))
+                                         state.wall, entry.run_id))
 
 
 def save(state: State, run: Run) -> None:

@@ -91,7 +91,7 @@ class Entry:
     def settle(self, node: Node, at: float) -> StickyDelivery:
         """Note that ``node`` ended before any session took this entry; the record."""
         self.deliveries[(node.key(), SETTLED)] = UNDELIVERABLE
-        return StickyDelivery(self.seq, node.key(), SETTLED, UNDELIVERABLE, at)
+        return StickyDelivery(self.seq, node.key(), SETTLED, UNDELIVERABLE, at, self.run_id)
 
 
 def entry_size(message: str, attachments: list) -> int:
