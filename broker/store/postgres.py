@@ -56,6 +56,9 @@ SCHEMA_VERSION = sql.SCHEMA_VERSION
 LOAD_ERRORS = (psycopg.Error, msgpack.UnpackException, ValueError, TypeError)
 
 Deferred = Callable[[], Any]     # a writer's outcome, read once the pipeline is synced
+# The records whose writes are fenced by their run's owner and epoch (see sql.FENCE);
+# RunSaved is its own fence (an upsert locks its row).
+_FENCED = frozenset({RunEnded, StickySaved, StickyAnswered, StickyDelivery, StickyDropped})
 
 
 def connect(url: str, schema: str | None = None) -> PostgresStore:
@@ -135,6 +138,9 @@ class PostgresStore:
             with conn.transaction(), conn.pipeline() as pipeline:
                 self._cursor = conn.cursor()
                 deferred: list[tuple[Record, Deferred]] = []
+                fenced = sorted({r.run_id for r in records if type(r) in _FENCED and r.epoch})
+                if fenced:
+                    self._cursor.execute(sql.LOCK_RUNS, {"runs": fenced})
                 for record in records:
                     try:
                         writer = self._writers[type(record)]
