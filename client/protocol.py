@@ -68,8 +68,13 @@ ASK_RESEND_DELAY_S = 2 * HEARTBEAT_S + 0.5
 # A hello refused with one of these and an ``endpoint`` is said again there: the broker
 # holding the stage's workflow run, or this one once it has taken over the run.
 REDIRECT_CODES = REDIRECTS
-REDIRECT_DELAY_S = 0.2       # before a hello to the same broker again (run_moving)
-MAX_REDIRECTS = 8            # in a row without a welcome: then the refusal stands
+# A run moves between brokers only once its old host's lease has ended (seconds to a
+# minute), so a stage told "moving" keeps asking, with pauses that double up to 2 s,
+# for a minute; a broker that keeps saying it makes the session ask the next endpoint.
+REDIRECT_DELAY_S = 0.2       # the first pause before a hello to the same broker again
+REDIRECT_DELAY_MAX_S = 2.0
+REDIRECT_PATIENCE_S = 60.0   # redirected in a row this long without a welcome: it stands
+ROTATE_AFTER = 3             # "moving" from one broker this often in a row: try another
 
 
 class Owed(Protocol):
@@ -141,7 +146,8 @@ class ClientProtocol:
         # clears it); hellos redirected since the last welcome; a hello held until then.
         self.redirect: str | None = None
         self.redirect_key: str | None = None     # the CURVE server key there, if named
-        self._redirects = 0
+        self.redirects = 0                     # in a row (the driver rotates on it)
+        self._redirect_since: float | None = None
         self._hello_at: float | None = None
         self._heartbeat_due = False
         self.liveness_s = LIVENESS_S           # the broker's window, from its welcome
@@ -371,7 +377,8 @@ class ClientProtocol:
                 self.liveness_s = max(float(window), MIN_LIVENESS_S)
                 self._heartbeat_s = heartbeat_s(self.liveness_s)
             if env.get("ok"):
-                self._redirects = 0
+                self.redirects = 0
+                self._redirect_since = None
             self._step(Input.WELCOME if env.get("ok") else Input.REFUSAL, self.last_heard)
         elif env.get("code") == "not_connected":
             self._step(Input.NOT_CONNECTED, self.last_heard)
@@ -400,13 +407,19 @@ class ClientProtocol:
         endpoint named (the driver moves there), after a pause if it is this broker."""
         endpoint = env.get("endpoint")
         if env.get("ok") or env.get("code") not in REDIRECT_CODES or \
-                endpoint.__class__ is not str or self._redirects >= MAX_REDIRECTS:
+                endpoint.__class__ is not str:
             return False
-        self._redirects += 1
+        now = self.last_heard
+        if self._redirect_since is None:
+            self._redirect_since = now
+        elif now - self._redirect_since >= REDIRECT_PATIENCE_S:
+            return False
+        self.redirects += 1
         self.redirect = endpoint
         key = env.get("serverKey")
         self.redirect_key = key if key.__class__ is str else None
-        self._hello_at = self.last_heard + REDIRECT_DELAY_S
+        self._hello_at = now + min(REDIRECT_DELAY_S * 2 ** (self.redirects - 1),
+                                   REDIRECT_DELAY_MAX_S)
         return True
 
     def _on_acks(self, env: dict) -> None:

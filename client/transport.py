@@ -49,7 +49,7 @@ import zmq
 
 from schemas.limits import MAX_INBOUND_FRAME_BYTES
 
-from .protocol import ClientProtocol, Inbound, State
+from .protocol import ROTATE_AFTER, ClientProtocol, Inbound, State
 from .handshakes import HandshakeWatch
 from .keys import CurveKeys
 from .replies import FINISHED, PENDING, Reply, resolve
@@ -340,7 +340,12 @@ class Transport:
         held by another broker): the socket moves there, or says hello again here."""
         target, self._protocol.redirect = self._protocol.redirect, None
         if target == self.endpoint:
-            return                      # the same broker: the hello is due after a pause
+            # The same broker: the hello is due there after a pause, unless it keeps
+            # saying so (a broker that lost its lease cannot name the run's new host).
+            if len(self.endpoints) > 1 and self._protocol.redirects % ROTATE_AFTER == 0:
+                self._move(self.endpoints[(self.endpoints.index(target) + 1)
+                                          % len(self.endpoints)])
+            return
         if target not in self.endpoints:
             self.endpoints.append(target)
         key = self._protocol.redirect_key

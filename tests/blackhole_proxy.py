@@ -50,8 +50,9 @@ class BlackholeProxy:
 
     def close(self) -> None:
         self._closing = True
-        self._wake_w.send(b"x")
-        self._thread.join(5)
+        if self._thread.is_alive():
+            self._wake_w.send(b"x")
+            self._thread.join(5)
 
     def _change(self, flowing: bool, timeout: float) -> None:
         self._applied.clear()
@@ -64,17 +65,38 @@ class BlackholeProxy:
         try:
             while not self._closing:
                 for key, _ in self._selector.select():
-                    if key.data == "wake":
-                        self._wake_r.recv(64)
-                        self._apply()
-                    elif key.data == "accept":
-                        self._accept()
-                    elif self._flowing:
-                        self._pump(key.fileobj)
+                    try:
+                        self._event(key)
+                    except (OSError, ValueError, KeyError):
+                        if key.data != "pump":
+                            raise           # the proxy itself failed: the thread ends
+                        self._forget(key.fileobj)   # that connection is gone; others go on
         finally:
             for sock in [*self._peers, *self._held, self._listener, self._wake_r, self._wake_w]:
                 sock.close()
             self._selector.close()
+
+    def _event(self, key: selectors.SelectorKey) -> None:
+        if key.data == "wake":
+            self._wake_r.recv(64)
+            self._apply()
+        elif key.data == "accept":
+            self._accept()
+        elif self._flowing:
+            self._pump(key.fileobj)
+
+    def _forget(self, sock) -> None:
+        """Close ``sock`` and its other end."""
+        other = self._peers.get(sock)
+        for end in (sock, other):
+            if end is None:
+                continue
+            self._peers.pop(end, None)
+            try:
+                self._selector.unregister(end)
+            except (KeyError, ValueError):
+                pass
+            end.close()
 
     def _apply(self) -> None:
         if self._wanted != self._flowing:
@@ -119,10 +141,4 @@ class BlackholeProxy:
                 return
         except OSError:
             pass
-        for end in (sock, other):          # one side closed: close both
-            self._peers.pop(end, None)
-            try:
-                self._selector.unregister(end)
-            except (KeyError, ValueError):
-                pass
-            end.close()
+        self._forget(sock)                 # one side closed: close both

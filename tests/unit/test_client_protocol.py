@@ -40,6 +40,12 @@ class Peer:
         self.now += seconds
         self.protocol.timers(self.now)
 
+    def sent_hello_after(self, seconds: float) -> dict | None:
+        """The clock moves on by ``seconds``: the hello sent then, if one was."""
+        self.jump(seconds)
+        hellos = [env for env in self.sent() if env["k"] == "hello"]
+        return hellos[-1] if hellos else None
+
     def sent(self) -> list[dict]:
         """Every envelope the protocol sends now, in order."""
         frames = self.protocol.frames_to_send(self.now)
@@ -392,3 +398,43 @@ def test_reads_are_reported_in_heartbeats_as_they_grow():
     (frame,) = proto.frames_to_send(0.1)
     (hb,) = unpack_frame(frame)
     assert hb["k"] == "hb" and hb["read"] == proto.read_bytes > 200
+
+
+def test_a_stage_told_run_moving_keeps_asking_with_growing_pauses_for_a_minute():
+    """A take-over waits for the old host's lease to end: the hello is said again,
+    the pause doubling to REDIRECT_DELAY_MAX_S, until REDIRECT_PATIENCE_S have passed."""
+    peer = Peer()
+    moving = {"ok": False, "code": "run_moving", "error": "moving", "endpoint": "tcp://b1"}
+    pauses = []
+    started = peer.now
+    (hello,) = peer.sent()
+    while True:
+        peer.feed(result(hello["id"], **moving))
+        if peer.events():                       # the refusal was reported: it stands
+            break
+        assert peer.protocol.redirect == "tcp://b1"
+        peer.protocol.redirect = None           # the driver stays (same endpoint)
+        waited = 0
+        hello = None
+        while hello is None:
+            waited += 1
+            hello = peer.sent_hello_after(0.1)
+        pauses.append(round(waited * 0.1, 1))
+    assert pauses[:5] == [0.2, 0.4, 0.8, 1.6, 2.0]
+    assert all(abs(p - 2.0) < 0.15 for p in pauses[5:]), str(pauses)   # 0.1 s steps
+    assert client.protocol.REDIRECT_PATIENCE_S <= peer.now - started < \
+        client.protocol.REDIRECT_PATIENCE_S + 2.5
+    assert peer.protocol.state is State.REFUSED
+    assert peer.protocol.redirects == len(pauses)
+
+
+def test_a_welcome_ends_a_run_of_redirects():
+    peer = Peer()
+    (hello,) = peer.sent()
+    peer.feed(result(hello["id"], ok=False, code="run_moving", error="m", endpoint="tcp://b1"))
+    assert peer.protocol.redirects == 1
+    peer.protocol.redirect = None
+    peer.jump(0.2)
+    (hello,) = peer.sent()
+    peer.welcome(hello)
+    assert peer.protocol.connected and peer.protocol.redirects == 0

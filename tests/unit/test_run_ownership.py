@@ -71,7 +71,7 @@ def test_a_stage_hello_on_the_other_broker_is_refused_with_the_runs_endpoint():
 
 
 def test_a_stopped_brokers_runs_are_adopted_where_their_host_arrives():
-    pair = linked_pair()
+    pair = linked_pair(adopt_grace_s=0.0)   # no grace: any broker asks
     hosted(pair)
     pair.call(pair.b, b"bob", "send", "m3", to=PLAN, message="kept")
     pair.settle()
@@ -115,7 +115,7 @@ def test_orphans_nobody_asked_for_are_adopted_once_the_brokers_adoption_grace_en
 
 
 def test_a_path_send_the_runs_broker_never_answered_is_answered_by_the_adopter():
-    pair = linked_pair()
+    pair = linked_pair(adopt_grace_s=0.0)   # no grace: any broker asks
     hosted(pair)
     # Forwarded to broker A, which stops before handling it.
     out = pair.b.engine.receive(b"bob", envelope("call", id="m6", action="send", to=PLAN,
@@ -143,7 +143,7 @@ def test_a_stages_subagent_that_reaches_another_broker_is_sent_to_the_runs_broke
 
 
 def test_pipelined_sends_waiting_for_a_failed_adoption_are_all_answered_after_the_retry():
-    pair = linked_pair()
+    pair = linked_pair(adopt_grace_s=0.0)   # no grace: any broker asks
     hosted(pair)
     a_stops(pair, pair.b.now)
     waiting = pair.b.engine.receive(b"bob", envelope("sends", to=PLAN, ids=["p1", "p2"],
@@ -221,7 +221,7 @@ def test_host_operations_during_an_adoption_wait_for_it_and_are_answered():
 def adopted_elsewhere(msg_id: str):
     """Broker A stops; bob's send waits for its run, which a third broker ``bc``
     adopts before broker B asks. Returns (B's engine, now) once B's adoption answered."""
-    pair = linked_pair()
+    pair = linked_pair(adopt_grace_s=0.0)   # no grace: any broker asks
     hosted(pair)
     b = pair.b.engine
     now = pair.b.now

@@ -176,6 +176,7 @@ def told(state: State, peer: Peer, owned: list, dropped: list,
     for run_id in dropped:
         if run_id.__class__ is str and owners.get(run_id) == peer.broker_id:
             del owners[run_id]
+            state.cluster.run_hosts.pop(run_id, None)
     for run_id in owned:
         if run_id.__class__ is str and run_id not in state.runs:
             owners[run_id] = peer.broker_id
@@ -194,9 +195,19 @@ def peer_gone(state: State, peer: Peer, now: float) -> None:
         state.cluster.foreign_subagents.pop(run_id, None)
     if peer.broker_id in state.cluster.orphans:
         return
-    hosts = {run_id: state.cluster.run_hosts.get(run_id) for run_id in runs}
+    hosts = {run_id: state.cluster.run_hosts.pop(run_id, None) for run_id in runs}
     # A host's id, not its mirror's: the same id once the client is on this broker.
-    state.cluster.orphans[peer.broker_id] = Orphans(now + state.limits.adopt_grace_s, hosts)
+    orphans = Orphans(now + state.limits.adopt_grace_s, hosts)
+    state.cluster.orphans[peer.broker_id] = orphans
+    if _host_here(state, orphans):
+        # The host failed over here before the dead broker's lease ended: ask now.
+        _ask(state, peer.broker_id, orphans, now)
+
+
+def _host_here(state: State, orphans: "Orphans") -> bool:
+    by_id = state.registry.by_id
+    return any((session := by_id.get(host)) is not None and session.broker is None
+               for host in orphans.hosts.values() if host is not None)
 
 
 def orphaned(state: State, run_id: object) -> bool:
@@ -219,7 +230,11 @@ def hold(state: State, run_id: object, now: float, identity: bytes, env: dict) -
         raise BusError("run_moving", run_id=run_id, endpoint=state.cluster.endpoint)
     for dead, orphans in state.cluster.orphans.items():
         if run_id in orphans.hosts:
-            _ask(state, dead, orphans, now)
+            # Runs follow their host: for a run whose host is gone from here (it fails
+            # over to some broker), a broker it is not on waits out the grace.
+            if now >= orphans.adopt_at or orphans.hosts[run_id] is None or \
+                    _host_here(state, orphans):
+                _ask(state, dead, orphans, now)
             if len(orphans.parked) >= MAX_PARKED:
                 raise BusError("run_moving", run_id=run_id, endpoint=state.cluster.endpoint)
             orphans.parked.append((identity, env))

@@ -114,8 +114,9 @@ class Cluster:
     # Another broker shared the store since this one started (so it may have committed
     # jobs this broker never held: see broker.core.agents.conversations.joined).
     shared: bool = False
-    # Runs hosted by mirrors, as their rows say: run id -> the hosting mirror's id, and
-    # back. The broker of a run's host owns the run (see broker.core.cluster.forwarding).
+    # Runs hosted by mirrors, as their rows say: run id -> the hosting mirror's id (kept
+    # after the mirror leaves, until its broker says the run ended or dies), and back.
+    # The broker of a run's host owns the run (see broker.core.cluster.forwarding).
     run_hosts: dict[str, str] = field(default_factory=dict)
     hosting: dict[str, set[str]] = field(default_factory=dict)   # mirror id -> run ids
     # Runs other brokers own, as they said: run id -> broker id (broker.core.cluster.ownership);
@@ -148,7 +149,9 @@ class Cluster:
             self.listing.pop(session.id, None)
             return
         self.remote.pop(session.id, None)
-        self.set_hosted(session.id, ())
+        # Its runs keep it as their last host (run_hosts): if its broker dies, they
+        # follow it to the broker it fails over to (broker.core.cluster.ownership).
+        self.hosting.pop(session.id, None)
         peer = self.peers.get(session.broker)
         if peer is not None:
             peer.mirrors.discard(session.id)

@@ -91,7 +91,7 @@ def _answer_when_saved(state: State, session: Session, re: str, run: Run,
 
     def failed(now: float, error: BusError) -> None:
         error = run.refusal(error, state.cluster.endpoint)
-        if error.code == "run_moving" and created and state.runs.get(run.run_id) is run:
+        if error.code == "run_moving" and created:
             _unregister(state, session_id, run, joined)
         reply(now, error)
 
@@ -99,8 +99,10 @@ def _answer_when_saved(state: State, session: Session, re: str, run: Run,
 
 
 def _unregister(state: State, session_id: str, run: Run, joined: bool) -> None:
-    """Forget ``run``, registered here by ``session_id`` but owned by another broker."""
-    forget(state, run)
+    """Forget ``run``, registered here by ``session_id`` but owned by another broker
+    (the store's fence may have taken it out of memory already)."""
+    if state.runs.get(run.run_id) is run:
+        forget(state, run)
     live = state.registry.by_id.get(session_id)
     if live is not None and joined and run.group in live.groups and len(live.groups) > 1:
         change_groups(state, live, [g for g in live.groups if g != run.group])

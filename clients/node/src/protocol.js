@@ -27,8 +27,13 @@ const DEFAULT_REPORT_BYTES = LIMITS.MAX_BACKLOG_BYTES / 8; // until a welcome te
 // A live peer says hello to a restarted broker within a heartbeat and a reconnect
 // interval (at most 1 s): twice that, and a little.
 export const ASK_RESEND_DELAY_S = 2 * LIMITS.HEARTBEAT_S + 0.5;
-const REDIRECT_DELAY_S = 0.2; // before a hello to the same broker again (run_moving)
-const MAX_REDIRECTS = 8; // in a row without a welcome: then the refusal stands
+// A run moves only once its old host's lease has ended: a stage told "moving" keeps
+// asking, pauses doubling up to 2 s, for a minute; the driver tries another endpoint
+// when one broker keeps saying it.
+const REDIRECT_DELAY_S = 0.2; // the first pause before a hello to the same broker again
+const REDIRECT_DELAY_MAX_S = 2.0;
+const REDIRECT_PATIENCE_S = 60.0; // redirected in a row this long without a welcome: it stands
+export const ROTATE_AFTER = 3; // "moving" from one broker this often in a row: try another
 // An ask resent at its deadline still goes with a valid timeout; its caller's own
 // deadline, a few seconds later, ends the wait in any case.
 const MIN_RESENT_TIMEOUT_S = 0.5;
@@ -65,7 +70,8 @@ export class ClientProtocol {
     this.helloId = null; // the hello out; its answer is the welcome
     this.redirect = null; // where the broker sent our hello (the driver moves there)
     this.redirectKey = null;
-    this.redirects = 0;
+    this.redirects = 0; // in a row (the driver rotates on it)
+    this.redirectSince = null;
     this.helloAt = null;
     this.heartbeatDue = false;
     // Bytes read since the hello, and as last told: the broker bounds what this session
@@ -263,7 +269,10 @@ export class ClientProtocol {
       if ((typeof bound === "number" && Number.isInteger(bound) && bound > 0) || (typeof bound === "bigint" && bound > 0n)) {
         this.reportEvery = Math.max(1, Math.floor(Number(bound) / 8));
       }
-      if (env.ok) this.redirects = 0;
+      if (env.ok) {
+        this.redirects = 0;
+        this.redirectSince = null;
+      }
       this.step(env.ok ? Input.WELCOME : Input.REFUSAL, this.lastHeard);
     } else if (env.code === "not_connected") {
       this.step(Input.NOT_CONNECTED, this.lastHeard);
@@ -284,13 +293,14 @@ export class ClientProtocol {
    * it is this broker. */
   redirected(env) {
     const endpoint = env.endpoint;
-    if (env.ok || !REDIRECTS.has(env.code) || typeof endpoint !== "string" || this.redirects >= MAX_REDIRECTS) {
-      return false;
-    }
+    if (env.ok || !REDIRECTS.has(env.code) || typeof endpoint !== "string") return false;
+    const now = this.lastHeard;
+    if (this.redirectSince === null) this.redirectSince = now;
+    else if (now - this.redirectSince >= REDIRECT_PATIENCE_S) return false;
     this.redirects += 1;
     this.redirect = endpoint;
     this.redirectKey = typeof env.serverKey === "string" ? env.serverKey : null;
-    this.helloAt = this.lastHeard + REDIRECT_DELAY_S;
+    this.helloAt = now + Math.min(REDIRECT_DELAY_S * 2 ** (this.redirects - 1), REDIRECT_DELAY_MAX_S);
     return true;
   }
 

@@ -28,7 +28,7 @@
 //   request fails with session_closed.
 
 import { Dealer } from "zeromq";
-import { ClientProtocol, State, TIMER_INTERVAL_S } from "./protocol.js";
+import { ClientProtocol, ROTATE_AFTER, State, TIMER_INTERVAL_S } from "./protocol.js";
 import { LIMITS } from "./schemas.js";
 import { PlainSend } from "./wire.js";
 
@@ -314,7 +314,14 @@ export class Transport {
   followRedirect() {
     const target = this.protocol.redirect;
     this.protocol.redirect = null;
-    if (target === this.endpoint) return; // the same broker: the hello is due after a pause
+    if (target === this.endpoint) {
+      // The same broker: the hello is due there after a pause, unless it keeps saying so
+      // (a broker that lost its lease cannot name the run's new host).
+      if (this.endpoints.length > 1 && this.protocol.redirects % ROTATE_AFTER === 0) {
+        this.move(this.endpoints[(this.endpoints.indexOf(target) + 1) % this.endpoints.length]);
+      }
+      return;
+    }
     if (!this.endpoints.includes(target)) this.endpoints.push(target);
     if (this.protocol.redirectKey) this.serverKeys.set(target, this.protocol.redirectKey);
     this.move(target);

@@ -125,6 +125,33 @@ test("a hello refused with a redirect is said again at the endpoint named", () =
   assert.deepEqual(sent(protocol, 1).map((env) => env.k), ["hello"]);
 });
 
+test("a stage told run_moving asks again, pauses doubling to 2 s, for a minute; then the refusal stands", () => {
+  const protocol = new ClientProtocol(hello);
+  const moving = { v: 1, k: "result", ok: false, code: "run_moving", error: "m", endpoint: "ipc:///a" };
+  let now = 0;
+  let [greeting] = sent(protocol, now);
+  const pauses = [];
+  for (;;) {
+    feed(protocol, { ...moving, re: greeting.id }, now);
+    if (protocol.nextEvents().length > 0) break; // reported: the refusal stands
+    protocol.redirect = null; // the driver stays on the same endpoint
+    const from = now;
+    let hellos = [];
+    while (hellos.length === 0) {
+      now += 0.1;
+      protocol.timers(now);
+      hellos = sent(protocol, now).filter((env) => env.k === "hello");
+    }
+    greeting = hellos[0];
+    pauses.push(Math.round((now - from) * 10) / 10);
+  }
+  const expected = [0.2, 0.4, 0.8, 1.6, ...pauses.slice(4).map(() => 2)];
+  // polled in 0.1 s steps: each pause is within one step of the expected one
+  assert.ok(pauses.every((p, i) => Math.abs(p - expected[i]) < 0.15), `${pauses}`);
+  assert.ok(now >= 60 && now < 62.5, `gave up after ${now} s`);
+  assert.equal(protocol.state, State.REFUSED);
+});
+
 test("closing fails every owed request and every later one with session_closed", () => {
   const protocol = welcomed();
   const mine = owed(envelope("call", { id: "r1", action: "list" }));
