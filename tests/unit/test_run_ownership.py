@@ -12,7 +12,7 @@ from schemas.limits import ADOPT_GRACE_S
 from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
-from tests.unit.brokers_in_memory import linked_pair
+from tests.unit.brokers_in_memory import linked_mesh, linked_pair
 
 RUN = "r-own"
 PLAN = f"workflow:{RUN}/plan"
@@ -253,3 +253,39 @@ def test_a_send_for_a_run_no_broker_claims_after_the_adoption_is_refused_after_o
     out = b.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), now + ADOPT_RETRY_S)
     (answer,) = answers_to(out, b"bob")
     assert (answer["re"], answer["ok"], answer["code"]) == ("m8", False, "unknown_run")
+
+
+def test_a_stage_hello_while_its_run_moves_is_told_run_moving_and_binds_after_the_adoption():
+    """A stage hello for a dead broker's run nobody adopted yet is not parked (its
+    client would wait, silent, and every parked copy would open a session after the
+    adoption: phantoms with fresh ids that take the stage's binding): it is refused
+    run_moving at once, and the client's next hello after the adoption binds the
+    stage under its own id. (A third broker stays alive, so reclaims wait for their
+    claim's commit.)"""
+    mesh = linked_mesh(3, adopt_grace_s=0.0)   # no grace: any broker asks at once
+    a, b = mesh[0], mesh[1]
+    mesh.hello(a, "alice")
+    mesh.feed(a, b"alice", envelope("workflow", id="reg", op="register_run", runId=RUN,
+                                    stages=[{"name": "plan"}]))
+    mesh.settle()
+    grant = result_for(mesh.seen[a], b"alice", "reg")["grants"][PLAN]
+    first = mesh.hello(a, "plan", sessionKind="stage", stage=PLAN, grant=grant,
+                       instance="i-plan")
+    assert first["ok"], first
+    mesh.stop(a)
+    mesh.settle()
+    again = dict(name="plan", sessionKind="stage", stage=PLAN, grant=grant,
+                 instance="i-plan", sessionId=first["sessionId"], token=first["token"])
+    for n, identity in enumerate((b"plan-1", b"plan-2")):
+        mesh.feed(b, identity, envelope("hello", id=f"again-{n}", **again))
+        answer = result_for(mesh.seen[b], identity, f"again-{n}")
+        assert (answer["ok"], answer["code"], answer["endpoint"]) == \
+            (False, "run_moving", "ipc:///tmp/bb.sock")
+    b._track(b.engine.runs_adopted("ba", mesh.store.adopt_runs("ba", "bb"), b.now))
+    b.commit()
+    mesh.settle()
+    assert mesh.hello(b, "plan", **{k: v for k, v in again.items() if k != "name"})["ok"]
+    state = b.engine.state
+    stages = [s for s in state.registry.by_id.values() if s.name == "plan" and s.broker is None]
+    assert [s.id for s in stages] == [first["sessionId"]]
+    assert state.runs[RUN].node_by_key(stages[0].binding.node_key).session_id == stages[0].id

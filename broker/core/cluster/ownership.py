@@ -235,6 +235,11 @@ def hold(state: State, run_id: object, now: float, identity: bytes, env: dict) -
             if now >= orphans.adopt_at or orphans.hosts[run_id] is None or \
                     _host_here(state, orphans):
                 _ask(state, dead, orphans, now)
+            if env.get("k") == "hello":
+                # A hello is not parked: its client would wait on it, silent, and greet
+                # again elsewhere, and each parked copy would open a session after the
+                # adoption. It is told to say hello again in a moment.
+                raise BusError("run_moving", run_id=run_id, endpoint=state.cluster.endpoint)
             if len(orphans.parked) >= MAX_PARKED:
                 raise BusError("run_moving", run_id=run_id, endpoint=state.cluster.endpoint)
             orphans.parked.append((identity, env))

@@ -26,7 +26,9 @@ What moves, by kind:
 ``sends``             as a send, for the one target of the batch
 ``supervisor``        the broker of the asker's parent, when the parent is a mirror
 ``workflow``          the run's owner; parked when the run is an orphan
-``hello`` (stage)     parked when the stage's run is an orphan
+``hello`` (stage)     refused ``run_moving`` when the stage's run is an orphan (its
+                      adoption asked for, as for a parked request); the client
+                      says hello again after a pause
 ====================  ===============================================================
 """
 
