@@ -13,7 +13,17 @@ What it owns: :func:`check`, from the workers' histories and the sampler's lines
   connected with) nor served by two brokers at once (their overviews) (``ids_lost``);
 - every live send answered ``delivered`` is received (``delivered_not_received``);
 - no call stays unanswered past its timeout (``hung``: no completion, or a completion
-  later than :data:`HUNG_AFTER_S` after the call).
+  later than :data:`HUNG_AFTER_S` after the call), invoke and finish_invocation
+  included: each is answered, ok or with an error code, within its bound;
+- no invoke job is started twice (``jobs_twice``): across every responder's history,
+  each job id is handed over (an ``invocation`` event) at most once, and no invoke
+  (its token, the job's reason) is started under two job ids.
+
+It also lists, not as failures, the jobs answered ``queued`` that no responder was
+handed by the end of the drain (``jobs_not_started``: at most once allows a job whose
+session left during its turn to fail unseen) and the jobs started whose invoke got
+another answer (``jobs_unanswered``: refused or given up on by the client, yet
+committed).
 
 It also measures, per side (the sessions whose home is one broker), the longest
 stretch of refusals in a row (``unavailable_s``), to read against the lease, and the
@@ -28,8 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FRESH_S = 1.5                  # an overview older than this says nothing about now
-HUNG_AFTER_S = {"send": 15.0, "ask": 15.0, "register": 15.0, "connect": 20.0}
-NOT_A_REFUSAL = {"queue_full"}     # the 50-entry cap: the bus answering as it should
+HUNG_AFTER_S = {"send": 15.0, "ask": 15.0, "register": 15.0, "connect": 20.0,
+                "invoke": 15.0, "finish": 15.0}
+# The bus answering as it should: the 50-entry cap, the 100 unstarted jobs per
+# destination, and a finish for a job that failed when its session moved.
+NOT_A_REFUSAL = {"queue_full", "too_many_invocations", "unknown_invocation"}
 
 
 @dataclass
@@ -45,6 +58,11 @@ class Verdict:
     delivered: int = 0
     delivered_not_received: list[str] = field(default_factory=list)
     hung: list[str] = field(default_factory=list)
+    jobs_queued: int = 0            # invoke jobs answered queued
+    jobs_started: int = 0           # distinct job ids handed to a responder
+    jobs_twice: list[str] = field(default_factory=list)
+    jobs_not_started: list[str] = field(default_factory=list)    # tokens
+    jobs_unanswered: list[str] = field(default_factory=list)     # tokens
     unavailable_s: dict[str, float] = field(default_factory=dict)
     slowest_s: dict[str, float] = field(default_factory=dict)     # longest call, per side
     codes: Counter = field(default_factory=Counter)
@@ -54,7 +72,7 @@ class Verdict:
         """The invariants that do not hold, by column name."""
         checks = {"lost": self.lost, "doubled": self.doubled, "two_holders": self.two_holders,
                   "ids_lost": self.ids_lost, "delivered_not_received": self.delivered_not_received,
-                  "hung": self.hung}
+                  "hung": self.hung, "jobs_twice": self.jobs_twice}
         return [name for name, found in checks.items() if found]
 
 
@@ -84,6 +102,17 @@ def receipts(histories: list[list[dict]]) -> Counter:
     return Counter(e["token"] for events in histories for e in events if e["type"] == "recv")
 
 
+def invoke_jobs(histories: list[list[dict]]) -> dict[str, str]:
+    """The invoke jobs answered ``queued``: job id -> the token its invoke carried."""
+    return {e["job"]: e["token"] for events in histories for e in events
+            if e["type"] == "complete" and e["f"] == "invoke" and e["ok"] and e.get("job")}
+
+
+def starts(histories: list[list[dict]]) -> Counter:
+    """How many times each job id was handed to a responder."""
+    return Counter(e["job"] for events in histories for e in events if e["type"] == "started")
+
+
 def check(histories: list[list[dict]], samples: list[dict], names: dict[str, str],
           end: float) -> Verdict:
     """``names``: broker id -> broker name (a restarted broker's ids map to one name);
@@ -103,8 +132,32 @@ def check(histories: list[list[dict]], samples: list[dict], names: dict[str, str
     for events in histories:
         _calls(events, verdict, end)
         _ids(events, verdict)
+    _jobs(histories, names, verdict)
     _holders(samples, names, verdict)
     return verdict
+
+
+def _jobs(histories: list[list[dict]], names: dict[str, str], verdict: Verdict) -> None:
+    """Each job started at most once, each invoke under one job at most."""
+    jobs = invoke_jobs(histories)
+    started = [e for events in histories for e in events if e["type"] == "started"]
+    count = starts(histories)
+    verdict.jobs_queued, verdict.jobs_started = len(jobs), len(count)
+    where: dict[str, list[str]] = defaultdict(list)
+    as_jobs: dict[str, set[str]] = defaultdict(set)
+    for e in started:
+        broker = e.get("broker") or "?"
+        where[e["job"]].append(f"{e.get('session')} on {names.get(broker, broker[:8])} "
+                               f"at {e['t']:.1f}")
+        as_jobs[e.get("token") or "?"].add(e["job"])
+    verdict.jobs_twice = [f"job {job[:8]} ({jobs.get(job, '?')}) started {n} times: "
+                          f"{', '.join(where[job])}" for job, n in count.items() if n > 1]
+    verdict.jobs_twice += [f"invoke {token} started as {len(ids)} jobs: "
+                           f"{', '.join(sorted(j[:8] for j in ids))}"
+                           for token, ids in as_jobs.items() if len(ids) > 1]
+    verdict.jobs_not_started = sorted(token for job, token in jobs.items() if not count[job])
+    verdict.jobs_unanswered = sorted({e.get("token") or e["job"] for e in started
+                                      if e["job"] not in jobs})
 
 
 def _calls(events: list[dict], verdict: Verdict, end: float) -> None:
@@ -117,9 +170,9 @@ def _calls(events: list[dict], verdict: Verdict, end: float) -> None:
         side = e.get("side") or "?"
         verdict.slowest_s[side] = max(verdict.slowest_s.get(side, 0.0), took)
         if took > HUNG_AFTER_S.get(e["f"], 15.0):
-            verdict.hung.append(f"{e['f']} {e.get('token', '')} took {took:.1f} s")
+            verdict.hung.append(f"{e['f']} {_what(e)} took {took:.1f} s")
     for e in invoked.values():
-        verdict.hung.append(f"{e['f']} {e.get('token', '')} never answered")
+        verdict.hung.append(f"{e['f']} {_what(e)} never answered")
     failing: dict[str, float] = {}
     for e in sorted(done, key=lambda e: e["t"]):
         side = e.get("side") or "?"
@@ -132,6 +185,11 @@ def _calls(events: list[dict], verdict: Verdict, end: float) -> None:
             verdict.unavailable_s.setdefault(side, 0.0)
     for side, since in failing.items():
         verdict.unavailable_s[side] = max(verdict.unavailable_s.get(side, 0.0), end - since)
+
+
+def _what(e: dict) -> str:
+    """What an operation was for: its token, or the job it finished."""
+    return e.get("token") or (f"job {e['job'][:8]}" if e.get("job") else "")
 
 
 def _ids(events: list[dict], verdict: Verdict) -> None:

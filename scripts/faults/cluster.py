@@ -12,6 +12,8 @@ Invariants:
   them and is safe to call twice.
 - A broker counts as started once its log says ``broker_started`` (its own answer,
   with its broker id); a broker restarted keeps its data directory and endpoint.
+- The agents a broker is given have ``invoke = true`` in its data directory
+  (``agents/<agent>/config/tools.toml``) before it starts: the broker reads them then.
 - Each round of the harness gets a schema of its own (``?schema=``) on the one server,
   so rounds do not see each other's rows.
 """
@@ -165,6 +167,7 @@ class Broker:
     keys: Path
     faketime: str | None = None   # FAKETIME value ("+5s"): this broker's clock is skewed
     extra: list[str] = field(default_factory=list)    # windows: lease, liveness, grace
+    agents: tuple[str, ...] = ()  # agents allowed to invoke (the workload's invoke role)
     proc: subprocess.Popen | None = None
     broker_id: str | None = None
     ids: list[str] = field(default_factory=list)      # its broker id at every start
@@ -179,6 +182,10 @@ class Broker:
         """Start (or restart on the same data dir and endpoint) and wait for its
         ``broker_started`` line. Raises RuntimeError."""
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for agent in self.agents:
+            config = self.data_dir / "agents" / agent / "config"
+            config.mkdir(parents=True, exist_ok=True)
+            (config / "tools.toml").write_text("invoke = true\n")
         self.starts += 1
         self.log = self.data_dir / f"broker-{self.starts}.log"
         if self.faketime and not Path(FAKETIME_LIB).exists():

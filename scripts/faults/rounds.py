@@ -6,8 +6,9 @@ brokers on a schema of its own, the sampler, and the workers; waits for every wo
 ``ready``; lets traffic run (:attr:`Timing.warmup_s`), applies the fault (the nemesis
 holds and heals it), lets traffic run until :attr:`Timing.seconds` have passed and at
 least :attr:`Timing.after_s` since the heal; then tells the workers to drain and waits
-until every message answered ``queued`` or ``delivered`` has arrived or
-:attr:`Timing.drain_s` has passed; then stops everything it started and checks.
+until every message answered ``queued`` or ``delivered`` has arrived and every invoke
+job answered ``queued`` was started, or :attr:`Timing.drain_s` has passed; then stops
+everything it started and checks.
 
 Invariant: whatever happens in a round (an exception, Ctrl-C), every process it
 started is ended by its PID before the round returns or raises.
@@ -28,7 +29,7 @@ from .cluster import LEASE_S, LIVENESS_S, ROOT, Broker, Postgres, child_env, mak
 from .nemesis import Fault, Stage
 from .net import Network, open_network
 from .sampler import start_sampler
-from .workload import Worker
+from .workload import AGENT, Worker
 
 
 @dataclass
@@ -107,7 +108,7 @@ def play(bed: Testbed, fault: Fault, timing: Timing, log=print) -> Round:
     if timing.adopt_grace_s is not None:
         extra += ["--adopt-grace-s", f"{timing.adopt_grace_s:g}"]
     brokers = [Broker(f"b{i + 1}", bed.net.hosts[f"b{i + 1}"], files / f"b{i + 1}", url, bed.keys,
-                      faketime=fault.skew if i == 0 else None, extra=extra)
+                      faketime=fault.skew if i == 0 else None, extra=extra, agents=(AGENT,))
                for i in range(bed.brokers)]
     clients = [h for h in bed.net.hosts if h.startswith("c")]
     workers: list[Worker] = []
@@ -125,7 +126,7 @@ def play(bed: Testbed, fault: Fault, timing: Timing, log=print) -> Round:
                                 schema, {b.name: b.endpoint for b in brokers}, bed.keys,
                                 env(bed.root), ROOT)
         stack.callback(_end_sampler, sampler)
-        for role in ("sticky", "live"):
+        for role in ("sticky", "live", "invoke"):
             for i in range(bed.brokers):
                 host = bed.net.hosts[clients[i % len(clients)]]
                 args = ["--role", role, "--index", str(i), "--endpoints", endpoints,
@@ -172,14 +173,17 @@ def _wait_linked(brokers: list[Broker], limit_s: float = LINK_WAIT_S) -> list[st
 
 
 def _drain(workers: list[Worker], limit_s: float) -> float:
-    """Wait until every message answered queued or delivered arrived (read from the
-    histories), at most ``limit_s``; the seconds waited."""
+    """Wait until every message answered queued or delivered arrived and every invoke
+    job answered queued was started (read from the histories), at most ``limit_s``;
+    the seconds waited."""
     began = time.monotonic()
     while time.monotonic() - began < limit_s:
         histories = [checker.read_lines(w.history) for w in workers]
         queued, delivered = checker.expected(histories)
         got = checker.receipts(histories)
-        if all(got[t] for t in queued | delivered):
+        jobs = checker.invoke_jobs(histories)
+        started = checker.starts(histories)
+        if all(got[t] for t in queued | delivered) and all(started[j] for j in jobs):
             break
         time.sleep(0.5)           # reading the histories again: waiting for receipts
     return time.monotonic() - began
@@ -199,7 +203,9 @@ def summary(round_: Round) -> dict:
     return {"fault": round_.fault.letter, "queued": v.queued, "lost": len(v.lost),
             "doubled": len(v.doubled), "two_holders_s": round(v.two_holders_s, 1),
             "ids_lost": len(v.ids_lost), "delivered_not_received": len(v.delivered_not_received),
-            "hung": len(v.hung), "unavailable_s": {k: round(s, 1) for k, s in sorted(v.unavailable_s.items())},
+            "hung": len(v.hung), "jobs_queued": v.jobs_queued, "jobs_started": v.jobs_started,
+            "jobs_started_twice": len(v.jobs_twice),
+            "unavailable_s": {k: round(s, 1) for k, s in sorted(v.unavailable_s.items())},
             "failed": v.failed}
 
 

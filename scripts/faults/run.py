@@ -28,7 +28,8 @@ from faults.net import NetworkError  # noqa: E402
 from faults.rounds import Round, Timing, open_testbed, play, summary  # noqa: E402
 
 COLUMNS = ["fault", "answered queued", "lost", "doubled", "two brokers holding one run (s)",
-           "ids lost", "delivered-not-received", "hung", "unavailable s (per side)"]
+           "ids lost", "delivered-not-received", "hung", "jobs started twice",
+           "unavailable s (per side)"]
 
 
 def row(round_: Round) -> list[str]:
@@ -36,7 +37,7 @@ def row(round_: Round) -> list[str]:
     sides = ", ".join(f"{k} {v:g}" for k, v in s["unavailable_s"].items()) or "0"
     return [f"{s['fault']}: {round_.fault.title}", str(s["queued"]), str(s["lost"]),
             str(s["doubled"]), f"{s['two_holders_s']:g}", str(s["ids_lost"]),
-            str(s["delivered_not_received"]), str(s["hung"]), sides]
+            str(s["delivered_not_received"]), str(s["hung"]), str(s["jobs_started_twice"]), sides]
 
 
 def table(rounds: list[Round]) -> str:
@@ -57,12 +58,19 @@ def details(round_: Round, lease_s: float) -> str:
     out.append(f"  longest call per side: {slowest}")
     for title, found in (("lost", v.lost), ("doubled", v.doubled),
                          ("two brokers holding one run", v.two_holders), ("ids lost", v.ids_lost),
-                         ("delivered, not received", v.delivered_not_received), ("hung", v.hung)):
+                         ("delivered, not received", v.delivered_not_received), ("hung", v.hung),
+                         ("jobs started twice", v.jobs_twice)):
         if found:
             shown = ", ".join(found[:8]) + (f", ... ({len(found)} in all)" if len(found) > 8 else "")
             out.append(f"  {title}: {shown}")
     if v.lost_by_target:
         out.append("  lost, by target: " + ", ".join(f"{t} {n}" for t, n in v.lost_by_target.most_common()))
+    jobs = f"  invoke jobs: {v.jobs_queued} answered queued, {v.jobs_started} started"
+    for title, found in (("never started", v.jobs_not_started),
+                         ("started, invoke answered otherwise", v.jobs_unanswered)):
+        if found:
+            jobs += f"; {title} {len(found)}: " + ", ".join(found[:8]) + (", ..." if len(found) > 8 else "")
+    out.append(jobs)
     if v.disconnected:
         out.append("  sessions not connected at the end: " + ", ".join(v.disconnected))
     out.append("  answers: " + ", ".join(f"{k} {n}" for k, n in sorted(v.codes.items())))

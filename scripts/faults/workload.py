@@ -9,16 +9,23 @@ host's namespace by :class:`Worker`) and the history it writes, one JSON line pe
   its body, so a receipt names the operation it is for;
 - ``recv``: a message a session took (``session`` label, ``id``, ``from``, ``to``,
   ``token``, time);
-- ``session``: a session's id when it connects and whenever it differs after a call.
+- ``session``: a session's id when it connects and whenever it differs after a call;
+- ``started``: an invoke job the responder was handed (an ``invocation`` event), each
+  one recorded as it arrives, a second hand-over of one job too: its ``job`` id, the
+  ``token`` its invoke carried as the reason, the broker the session was on.
 
 Roles (``--role``): ``sticky`` is a workflow host that registers runs with a ``live``
 stage (connected from the start) and a ``late`` one (connected only when the worker
 is told ``drain``), and a sender on another broker that sends to both, round robin;
 ``live`` is two named sessions on different brokers, one sending and asking, the
-other receiving and replying. Every session lists every broker's endpoint (its home
-broker first). The worker prints ``ready`` once its sessions are connected; on stdin
-it takes ``drain`` and ``stop``. Invoke is not exercised: it needs agent settings in
-every broker's data directory.
+other receiving and replying; ``invoke`` is two conversations of the agent
+:data:`AGENT` on different brokers: an invoker that invokes the other (operation
+``invoke``, its answer's job id kept as ``job``), and a responder that starts every
+job handed to it, takes a short turn and finishes it (operation ``finish``). The
+agent has ``invoke = true`` in every broker's data directory (``cluster.Broker``).
+Every session lists every broker's endpoint (its home broker first). The worker
+prints ``ready`` once its sessions are connected; on stdin it takes ``drain`` and
+``stop``; a responder goes on serving until ``stop``.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from pathlib import Path
 ASK_TIMEOUT_S = 8.0
 RETRY_S = 0.5
 PEER_WAIT_S = 20.0      # a peer on another broker shows within seconds once linked
+AGENT = "faults"        # the invoke role's agent (cluster.Broker configures it)
+TURN_S = 0.1            # a responder's turn, from the invocation to finish_invocation
 HOMES: dict[str, str] = {}      # endpoint -> broker name (from --names)
 
 
@@ -52,9 +61,10 @@ class History:
         with self.lock:
             self.file.write(json.dumps(event) + "\n")
 
-    def call(self, f: str, label: str, do, **fields) -> dict:
+    def call(self, f: str, label: str, do, keep: dict[str, str] | None = None, **fields) -> dict:
         """Run ``do()`` as operation ``f`` of session ``label``, recording its invoke
-        and completion; ``side`` is the session's home broker."""
+        and completion; ``side`` is the session's home broker. ``keep``: fields of the
+        answer recorded in the completion too (answer key -> field name)."""
         with self.lock:
             self.ops += 1
             op = self.ops
@@ -69,7 +79,7 @@ class History:
                    ok=bool(answer.get("ok")),
                    code=answer.get("code"), queued=bool(answer.get("queued")),
                    delivered=bool(answer.get("delivered")), messageId=answer.get("messageId"),
-                   **fields)
+                   **{name: answer.get(key) for key, name in (keep or {}).items()}, **fields)
         return answer
 
 
@@ -161,6 +171,17 @@ def watch_id(history: History, label: str, session, known: dict) -> None:
                       reason=session.welcome.get("reason"), broker=session.welcome.get("brokerId"))
 
 
+def wait_listed(history: History, what: str, stop: threading.Event, listed) -> None:
+    """Ask ``listed()`` again until it is true (a peer on another broker, told over
+    their link), ``stop``, or :data:`PEER_WAIT_S`; a ``note`` line when it never was."""
+    deadline = time.monotonic() + PEER_WAIT_S
+    while not stop.is_set() and not listed():
+        if time.monotonic() > deadline:
+            history.write(type="note", what=f"not within {PEER_WAIT_S:g} s: {what}")
+            return
+        stop.wait(0.2)       # asking the broker again
+
+
 def sticky(args, history: History, keys, endpoints: list[str], stop, drain) -> list:
     home = rotated(endpoints, args.index)
     host = connect(history, "host", home, keys, stop, name=f"{args.tag}-host{args.index}")
@@ -228,13 +249,8 @@ def live(args, history: History, keys, endpoints: list[str], stop, drain) -> lis
     a = connect(history, "a", rotated(endpoints, args.index), keys, stop, name=a_name)
     receiver = threading.Thread(target=receive_loop, args=(history, "b", b, stop, True))
     receiver.start()
-    deadline = time.monotonic() + PEER_WAIT_S
-    while not stop.is_set() and not any(   # b's broker told a's about b over their link
-            row.get("name") == b_name for row in a.intercom(action="list").get("sessions", [])):
-        if time.monotonic() > deadline:
-            history.write(type="note", what=f"{b_name} not listed after {PEER_WAIT_S:g} s")
-            break
-        stop.wait(0.2)       # asking the broker again
+    wait_listed(history, f"{b_name} listed", stop, lambda: any(   # b's broker told a's
+        row.get("name") == b_name for row in a.intercom(action="list").get("sessions", [])))
     print("ready", flush=True)
     known: dict = {}
     watch_id(history, "a", a, known)
@@ -255,15 +271,60 @@ def live(args, history: History, keys, endpoints: list[str], stop, drain) -> lis
     return [a, b, receiver]
 
 
+def invoke(args, history: History, keys, endpoints: list[str], stop, drain) -> list:
+    target = f"discord:{args.tag}-responder{args.index}"
+    responder = connect(history, "responder", rotated(endpoints, args.index + 1), keys, stop,
+                        name=f"{args.tag}-responder{args.index}", agent=AGENT, channel=target)
+    invoker = connect(history, "invoker", rotated(endpoints, args.index), keys, stop,
+                      name=f"{args.tag}-invoker{args.index}", agent=AGENT,
+                      channel=f"discord:{args.tag}-invoker{args.index}")
+    server = threading.Thread(target=serve, args=(history, "responder", responder, stop))
+    server.start()
+    wait_listed(history, f"{target} listed connected", stop, lambda: any(   # told over the link
+        row.get("session") == target and row.get("connected")
+        for row in invoker.list_sessions().get("sessions", [])))
+    print("ready", flush=True)
+    known: dict = {}
+    watch_id(history, "invoker", invoker, known)
+    watch_id(history, "responder", responder, known)
+    n = 0
+    while not drain.is_set() and not stop.is_set():
+        token = f"{args.tag}/j{args.index}/{n}"
+        history.call("invoke", "invoker", lambda: invoker.invoke(session=target, reason=token),
+                     keep={"id": "job"}, token=token, to=target)
+        watch_id(history, "invoker", invoker, known)
+        watch_id(history, "responder", responder, known)
+        n += 1
+        drain.wait(args.interval)
+    return [invoker, responder, server]
+
+
+def serve(history: History, label: str, session, stop: threading.Event) -> None:
+    """Start every job handed to ``session`` until ``stop``: record it, take a turn of
+    :data:`TURN_S`, finish it. A job handed over twice is recorded twice."""
+    while not stop.is_set():
+        event = session.next_event(0.3)
+        if event is None or event.get("event") != "invocation":
+            continue
+        job = event.get("id")
+        history.write(type="started", session=label, job=job, token=event.get("reason"),
+                      sender=event.get("fromSession"), broker=session.welcome.get("brokerId"))
+        stop.wait(TURN_S)
+        history.call("finish", label, lambda: session.finish_invocation(job, ok=True), job=job)
+
+
 def rotated(endpoints: list[str], start: int) -> list[str]:
     start %= len(endpoints)
     return endpoints[start:] + endpoints[:start]
 
 
+ROLES = {"sticky": sticky, "live": live, "invoke": invoke}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--history", type=Path, required=True)
-    parser.add_argument("--role", choices=["sticky", "live"], required=True)
+    parser.add_argument("--role", choices=sorted(ROLES), required=True)
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--endpoints", required=True)
     parser.add_argument("--names", required=True, help="the brokers' names, as --endpoints")
@@ -287,8 +348,7 @@ def main() -> None:
         drain.set()
         stop.set()
     threading.Thread(target=commands, daemon=True).start()
-    role = sticky if args.role == "sticky" else live
-    held = role(args, history, keys, args.endpoints.split(","), stop, drain)
+    held = ROLES[args.role](args, history, keys, args.endpoints.split(","), stop, drain)
     stop.wait()
     for one in held:
         if isinstance(one, threading.Thread):
@@ -300,7 +360,6 @@ def main() -> None:
                           connected=one.connected, broker=one.welcome.get("brokerId"),
                           duplicates_dropped=stats.duplicates_dropped)
             one.close()
-
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,9 @@
 """The fault harness (scripts/faults) in short: two brokers on PostgreSQL, each on a
-network namespace of its own, under sticky, live and ask traffic, with one fault per
-test; the checker's invariants must hold: nothing answered ``queued`` lost or
-received twice, no run held by two brokers at once, no session id taken from its
-client, nothing answered ``delivered`` left unreceived, no call hung.
+network namespace of its own, under sticky, live, ask and invoke traffic, with one
+fault per test; the checker's invariants must hold: nothing answered ``queued`` lost
+or received twice, no run held by two brokers at once, no session id taken from its
+client, nothing answered ``delivered`` left unreceived, no call hung (invoke
+included), no invoke job started twice.
 
 The windows are shortened so that a test takes about 40 s: a 6 s broker lease, the
 3 s liveness window, an 8 s adoption grace, faults held 12 s (past all three, and long
@@ -62,6 +63,8 @@ def assert_invariants(verdict, report: str) -> None:
     assert not verdict.delivered_not_received, \
         f"{len(verdict.delivered_not_received)} delivered, never received{report}"
     assert not verdict.hung, f"calls hung{report}"
+    assert verdict.jobs_queued > 0, f"no invoke was answered queued: the invoke traffic did not run{report}"
+    assert not verdict.jobs_twice, f"invoke jobs started twice{report}"
 
 
 def test_broker_cut_from_the_other_brokers_loses_nothing_and_has_one_owner(testbed):
