@@ -102,6 +102,9 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
         # other: the broker tells this client coming back from a second process
         # presenting the same identity entry, which gets a fresh id.
         self._instance = os.urandom(12).hex()
+        # Grows with each hello (the wall clock in ms, or one more): a late copy of an
+        # older hello can neither take this session's id nor open a phantom.
+        self._attempt = 0
         self.welcome: dict[str, Any] = {}       # the broker's latest welcome
         # Brokers seen (a restart is a new broker id) and asks received under each:
         # a reply after a restart may have to wait for its ask's resend (_reply).
@@ -141,7 +144,7 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
             "notifyUndeliverable": self._notify_undeliverable,
             "grant": self._grant,
             "channel": self._channel, "persistent": self._persistent, "cwd": self.cwd,
-            "instance": self._instance,
+            "instance": self._instance, "attempt": self._next_attempt(),
             **acting_fields(self._act_for),
         }
         if self.id is not None:
@@ -152,6 +155,10 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
             fields.update(homeGroup=self.home_group, groups=list(self.groups))
         self._acked_since_hello = False
         return envelope("hello", **{k: v for k, v in fields.items() if v is not None})
+
+    def _next_attempt(self) -> int:
+        self._attempt = max(self._attempt + 1, int(time.time() * 1000))
+        return self._attempt
 
     def _on_welcome(self, result: dict) -> None:
         if result.get("ok"):

@@ -68,7 +68,6 @@ _YIELD_EVERY = 256
 # With several endpoints: a hello unanswered this long (after the broker went silent)
 # moves the socket to the next endpoint, in turn.
 FAILOVER_S = 1.0
-PING_MS = 2000            # libzmq's own ping of the broker's connection (see __init__)
 # Frames ZeroMQ queues unread: enough to keep a fast reader busy (a frame carries up
 # to 50 messages), few enough that a paused reader does not hold a backlog itself
 # (a frame may be up to MAX_INBOUND_FRAME_BYTES): the broker holds it instead.
@@ -116,12 +115,6 @@ class Transport:
         sock.rcvhwm = _RCVHWM
         sock.reconnect_ivl = 100
         sock.reconnect_ivl_max = 1000
-        # A partition drops packets without a word: libzmq's pings drop the silent TCP
-        # connection and a connect attempt gives up after PING_MS, so the connection is
-        # made again soon after the heal (not after the kernel's retransmission backoff).
-        sock.heartbeat_ivl = PING_MS
-        sock.heartbeat_timeout = 3 * PING_MS
-        sock.connect_timeout = PING_MS
         self._curve = curve
         self._server_keys: dict[str, str] = {}    # endpoint -> CURVE key, from redirects
         if curve is not None:

@@ -26,6 +26,9 @@ HELP: dict[str, str] = {
                      "do this by themselves.",
     "already_connected": "A client bug: one connection holds one session. Open another "
                          "connection (socket) for a second session.",
+    "stale_hello": "Nothing to do: this hello reached the broker after a newer one of the "
+                   "same client, which holds the session elsewhere. A client that sees it "
+                   "sent hellos out of order (its attempt numbers must grow).",
     "batch_too_large": "Put fewer envelopes in one frame (see the limit) or send several "
                        "frames.",
     # -- request ---------------------------------------------------------------------

@@ -60,6 +60,9 @@ _TABLE = [
     ErrorSpec("unsupported_version", "protocol", "Protocol version {version!r} is not supported (broker speaks {supported})"),
     ErrorSpec("not_connected", "protocol", "This connection has no session; send hello first", HELLO),
     ErrorSpec("already_connected", "protocol", "This connection already has a session"),
+    ErrorSpec("stale_hello", "protocol", "Hello attempt {attempt} for session {session_id!r} "
+              "is older than one the same client made since: the client holds its id "
+              "elsewhere, and nothing was opened here"),
     ErrorSpec("batch_too_large", "protocol", "Batch of {size} envelopes exceeds the limit of {limit}"),
     # -- request -------------------------------------------------------------------
     ErrorSpec("invalid_params", "request", "{detail}"),

@@ -104,6 +104,10 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("instance", _STR_OR_NULL, "a random nonce of this client's session object, the "
            "same in each of its hellos: a hello presenting a live session's token with another "
            "instance is a second process and gets a fresh id", max_len=ID_MAX),
+        _f("attempt", (*_NUM, _NONE), "a whole number that grows with each hello this client "
+           "says (the Python and Node clients send the wall clock in milliseconds, or one "
+           "more than the last): with sessionId, a newer attempt takes the id from a "
+           "live holder on another broker, an older one is refused stale_hello"),
         _f("stage", _STR_OR_NULL, "canonical workflow path of a stage session"),
         _f("transcript", _STR_OR_NULL, "a stage's transcript: the same one means no duplicates"),
         _f("statusSuffix", _STR_OR_NULL, "configured status suffix"),

@@ -13,7 +13,9 @@ Semantics (every store keeps the same ones):
   broker's row on the same endpoint; ``LeaseReleased`` deletes;
 * ``SessionClaimed`` takes an id unless another broker with a live lease (not among
   the claim's ``gone``) holds it, or it carries a ``token_hash`` the id's identity
-  row does not have (or there is no row), and is returned refused then; ``SessionReleased``
+  row does not have (or there is no row), or its ``attempt`` is older than the one of
+  the same ``instance`` that took the id, and is returned refused then (a newer attempt
+  of that instance takes it from a live holder); ``SessionReleased``
   deletes a claim of that broker; a lease renewal forgets the claims of brokers
   without a row;
 * every write for a run (``RunSaved``, ``RunEnded`` and the ``Sticky*`` records) with
@@ -85,6 +87,7 @@ class MemoryTables:
     identities: dict[str, IdentitySaved] = field(default_factory=dict)
     leases: dict[str, LeaseRenewed] = field(default_factory=dict)
     claims: dict[str, str] = field(default_factory=dict)     # session id -> broker id
+    claim_attempts: dict[str, tuple[str, int]] = field(default_factory=dict)  # -> (instance, attempt)
     runs: dict[str, RunSaved] = field(default_factory=dict)
     sticky: dict[int, StickySaved] = field(default_factory=dict)
     requests: dict[tuple[str, str], int] = field(default_factory=dict)   # (sender, message id) -> seq
@@ -132,6 +135,7 @@ class MemoryTables:
         live = set(self.leases) | {record.broker_id}
         for session_id in [s for s, b in self.claims.items() if b not in live]:
             del self.claims[session_id]
+            self.claim_attempts.pop(session_id, None)
         until = self.clock() + record.lease_s if record.lease_s > 0 else record.until
         self.leases[record.broker_id] = dataclasses.replace(record, until=until) if held is None \
             else dataclasses.replace(held, until=until)
@@ -145,16 +149,24 @@ class MemoryTables:
             if known is None or known.token_hash != record.token_hash:
                 return False
         holder = self.claims.get(record.session_id)
+        instance, held = self.claim_attempts.get(record.session_id, ("", 0))
+        same = holder is not None and record.instance != "" and record.instance == instance
+        if same and 0 < record.attempt < held:
+            return False                                   # a stale hello
         lease = self.leases.get(holder) if holder is not None else None
         if holder is not None and holder != record.broker_id and lease is not None \
-                and lease.until > record.at and holder not in record.gone:
+                and lease.until > record.at and holder not in record.gone \
+                and not (same and 0 < held < record.attempt):
             return False
         self.claims[record.session_id] = record.broker_id
+        self.claim_attempts[record.session_id] = \
+            (record.instance, max(held, record.attempt) if same else record.attempt)
         return True
 
     def release_session(self, record: SessionReleased) -> None:
         if self.claims.get(record.session_id) == record.broker_id:
             del self.claims[record.session_id]
+            self.claim_attempts.pop(record.session_id, None)
 
     def save_run(self, record: RunSaved) -> bool | None:
         held = self.runs.get(record.run_id)

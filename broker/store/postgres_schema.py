@@ -18,7 +18,7 @@ conditional statement: PostgreSQL locks the row it finds and checks the conditio
 again on the committed version, so two brokers racing for one row cannot both win.
 """
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # pg_advisory_xact_lock's key space is shared by every application on the server: the
 # key is derived from this text and the schema name (see broker.store.postgres).
 MIGRATION_LOCK = "intercom-bus schema migration"
@@ -43,7 +43,8 @@ CREATE TABLE session_identity (
     session_id TEXT PRIMARY KEY, atomic_session_id TEXT, token_hash TEXT NOT NULL,
     name TEXT NOT NULL, updated_at DOUBLE PRECISION NOT NULL);
 CREATE TABLE session_claims (
-    session_id TEXT PRIMARY KEY, broker_id TEXT NOT NULL, at DOUBLE PRECISION NOT NULL);
+    session_id TEXT PRIMARY KEY, broker_id TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+    attempt BIGINT NOT NULL DEFAULT 0, instance TEXT NOT NULL DEFAULT '');
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY, record BYTEA NOT NULL, owner TEXT NOT NULL DEFAULT '',
     pos BIGINT GENERATED ALWAYS AS IDENTITY, epoch BIGINT NOT NULL DEFAULT 0);
@@ -81,6 +82,9 @@ CREATE TABLE response_recovery (
 MIGRATIONS: dict[int, str] = {
     # Every run write is fenced by the owner's epoch (broker.core.cluster.ownership).
     1: "ALTER TABLE runs ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0",
+    # The hello attempt that took each claim: the newest attempt wins (SessionClaimed).
+    2: "ALTER TABLE session_claims ADD COLUMN attempt BIGINT NOT NULL DEFAULT 0, "
+       "ADD COLUMN instance TEXT NOT NULL DEFAULT ''",
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -123,16 +127,24 @@ FORGET_CLAIMS = "DELETE FROM session_claims WHERE broker_id NOT IN (SELECT broke
 # One statement: the identity check, the insert, and on a conflict the holder's check,
 # made on the row as committed and locked. A row comes back when the claim is taken.
 CLAIM = """
-INSERT INTO session_claims (session_id, broker_id, at)
-SELECT %(session_id)s, %(broker_id)s, %(at)s
+INSERT INTO session_claims (session_id, broker_id, at, attempt, instance)
+SELECT %(session_id)s, %(broker_id)s, %(at)s, %(attempt)s, %(instance)s
 WHERE %(token_hash)s::text IS NULL OR EXISTS (
     SELECT 1 FROM session_identity
     WHERE session_id = %(session_id)s AND token_hash = %(token_hash)s::text)
-ON CONFLICT (session_id) DO UPDATE SET broker_id = excluded.broker_id, at = excluded.at
-WHERE session_claims.broker_id = excluded.broker_id
+ON CONFLICT (session_id) DO UPDATE SET broker_id = excluded.broker_id, at = excluded.at,
+    attempt = CASE WHEN excluded.instance = session_claims.instance
+                   THEN GREATEST(excluded.attempt, session_claims.attempt)
+                   ELSE excluded.attempt END,
+    instance = excluded.instance
+WHERE NOT (excluded.instance <> '' AND excluded.instance = session_claims.instance
+           AND excluded.attempt > 0 AND excluded.attempt < session_claims.attempt) AND (
+      session_claims.broker_id = excluded.broker_id
    OR session_claims.broker_id NOT IN (SELECT broker_id FROM brokers
                                        WHERE lease_until > """ + DB_NOW + """)
    OR session_claims.broker_id = ANY(%(gone)s::text[])
+   OR (excluded.instance <> '' AND excluded.instance = session_claims.instance
+       AND session_claims.attempt > 0 AND excluded.attempt > session_claims.attempt))
 RETURNING broker_id
 """
 UNCLAIM = """

@@ -6,7 +6,7 @@ migrated in place, one :data:`MIGRATIONS` step per version, in one transaction.
 Parameters are named after the fields of the records they write.
 """
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # How long a statement waits for another process's transaction on the file. Another
 # broker on the same file commits in milliseconds; anything longer is a lock held by
@@ -55,12 +55,17 @@ CREATE TABLE IF NOT EXISTS session_claims (
     at REAL NOT NULL
 );
 """
+# The hello attempt that took each claim (version 10): the newest attempt wins.
+CLAIM_ATTEMPT = """
+ALTER TABLE session_claims ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE session_claims ADD COLUMN instance TEXT NOT NULL DEFAULT '';
+"""
 
 # Which broker started a job (version 8): a broker starting fails only the started jobs
 # of brokers not live, never one another live broker is running.
 STARTED_BY = "ALTER TABLE invocations ADD COLUMN started_by TEXT NOT NULL DEFAULT '';"
 
-SCHEMA = AGENT_TABLES + CLAIMS_TABLE + STARTED_BY + """
+SCHEMA = AGENT_TABLES + CLAIMS_TABLE + CLAIM_ATTEMPT + STARTED_BY + """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS brokers (
     broker_id TEXT PRIMARY KEY,
@@ -148,6 +153,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS sticky_request ON sticky (sender_id, message_i
     7: STARTED_BY,
     # Every run write is fenced by the owner's epoch (broker.core.cluster.ownership).
     8: "ALTER TABLE runs ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;",
+    9: CLAIM_ATTEMPT,
 }
 assert set(MIGRATIONS) == set(range(1, SCHEMA_VERSION)), "one migration step per old version"
 
@@ -171,11 +177,20 @@ DELETE FROM session_claims WHERE broker_id NOT IN (SELECT broker_id FROM brokers
 """
 # One statement, so the check and the write are one step under the write lock.
 CLAIM = """
-INSERT INTO session_claims (session_id, broker_id, at) VALUES (:session_id, :broker_id, :at)
-ON CONFLICT (session_id) DO UPDATE SET broker_id = excluded.broker_id, at = excluded.at
-WHERE session_claims.broker_id = excluded.broker_id
+INSERT INTO session_claims (session_id, broker_id, at, attempt, instance)
+VALUES (:session_id, :broker_id, :at, :attempt, :instance)
+ON CONFLICT (session_id) DO UPDATE SET broker_id = excluded.broker_id, at = excluded.at,
+    attempt = CASE WHEN excluded.instance = session_claims.instance
+                   THEN max(excluded.attempt, session_claims.attempt)
+                   ELSE excluded.attempt END,
+    instance = excluded.instance
+WHERE NOT (excluded.instance != '' AND excluded.instance = session_claims.instance
+           AND excluded.attempt > 0 AND excluded.attempt < session_claims.attempt) AND (
+      session_claims.broker_id = excluded.broker_id
    OR session_claims.broker_id NOT IN (SELECT broker_id FROM brokers WHERE lease_until > :at)
    OR session_claims.broker_id IN (SELECT value FROM json_each(:gone))
+   OR (excluded.instance != '' AND excluded.instance = session_claims.instance
+       AND session_claims.attempt > 0 AND excluded.attempt > session_claims.attempt))
 """
 IDENTITY_HAS = """
 SELECT 1 FROM session_identity WHERE session_id = :session_id AND token_hash = :token_hash

@@ -17,6 +17,7 @@ The same faults with real processes, network namespaces and packet filters are i
 from __future__ import annotations
 
 from broker.core.kernel import inputs
+from broker.core.kernel.commands import ReadJobs
 from broker.core.kernel.records import LeaseReleased
 from schemas.protocol import envelope
 from tests.unit.brokers_in_memory import Pair, linked_pair
@@ -108,8 +109,11 @@ def test_a_broker_paused_past_its_lease_lapses_before_it_serves_anything():
     out = a.engine.handle(inputs.Frame(b"host", [envelope(
         "call", id="m1", action="send", to=PLAN, message="queued before the pause")], a.now))
     assert RUN not in a.engine.state.runs
+    # Its clients were silent past the window (they failed over, and hold their ids
+    # elsewhere): their sessions went before the frame was read.
     answer = result_for(out, b"host", "m1")
-    assert (answer["ok"], answer["code"]) == (False, "run_moving")
+    assert (answer["ok"], answer["code"]) == (False, "not_connected")
+    assert not [s for s in a.engine.state.registry.by_id.values() if s.broker is None]
     assert [row.entry.message for row in pair.store.load().sticky] == []
 
 
@@ -124,3 +128,21 @@ def test_a_write_the_store_fenced_out_is_refused_run_moving_and_the_run_leaves_t
     assert RUN not in a.engine.state.runs
     assert pair.store.load().sticky == []
     assert a.engine.stats["runs.deposed"] == 1
+
+
+def test_a_broker_heard_again_after_silence_reads_its_conversations_queued_jobs_again():
+    """Jobs another broker committed for a conversation here are sent over the link
+    (link_jobs), which a partition drops without a word: once the other broker speaks
+    again, each persistent conversation here reads its queued jobs from the store."""
+    pair = Pair()
+    pair.link()
+    a, b = pair.nodes
+    pair.hello(b, "dest", agent="lys", channel="discord:2")
+    pair.hello(b, "brief", agent="lys", channel="discord:3", persistent=False)
+    pair.cut(a, b)
+    pair.advance(10.0)
+    pair.seen[b].clear()
+    pair.heal(a, b)
+    pair.advance(3.0)
+    reads = [c for c in pair.seen[b] if isinstance(c, ReadJobs)]
+    assert [(r.agent, r.channel) for r in reads] == [("lys", "discord:2")]

@@ -146,6 +146,29 @@ def test_a_claim_with_a_secret_takes_the_id_only_if_its_identity_row_has_that_se
     assert store.claims() == {"x": "b1"}
 
 
+def test_a_newer_hello_attempt_takes_an_id_from_a_live_holder_and_an_older_one_never(store):
+    """One client's hellos (one instance) are ordered by their attempt: the newest wins
+    the id, even from a live broker (the client moved there); a late one never takes it
+    back, even from a broker the claimant saw die. Another instance is another process:
+    the old rules alone decide (a live holder keeps the id)."""
+    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), lease("b3", NOW + 30),
+                 SessionClaimed("x", "b1", NOW, attempt=100, instance="i")])
+    assert store.apply([SessionClaimed("x", "b2", NOW, attempt=200, instance="i")]) == []
+    assert store.claims() == {"x": "b2"}
+    late = SessionClaimed("x", "b3", NOW, gone=["b2"], attempt=150, instance="i")
+    same = SessionClaimed("x", "b1", NOW, attempt=200, instance="i")
+    other = SessionClaimed("x", "b1", NOW, attempt=900, instance="j")
+    legacy = SessionClaimed("x", "b3", NOW)
+    assert store.apply([late, same, other, legacy]) == [late, same, other, legacy]
+    assert store.claims() == {"x": "b2"}
+    # Another process takes it from a broker it saw die, whatever the attempts say ...
+    assert store.apply([SessionClaimed("x", "b3", NOW, gone=["b2"], attempt=50,
+                                       instance="j")]) == []
+    # ... and from then on its attempts are the ones that count.
+    older = SessionClaimed("x", "b1", NOW, gone=["b3"], attempt=49, instance="j")
+    assert store.apply([older]) == [older] and store.claims() == {"x": "b3"}
+
+
 def test_a_release_frees_only_the_releasing_brokers_claim(store):
     store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), SessionClaimed("x", "b1", NOW)])
     store.apply([SessionReleased("x", "b2")])

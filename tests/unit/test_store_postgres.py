@@ -222,14 +222,18 @@ def test_a_server_cut_off_costs_one_bounded_call_then_uses_fail_at_once_until_it
         with pytest.raises(Exception) as failed:
             store.apply([RunSaved("cut", {})])
         assert store.failure_code(failed.value) == UNAVAILABLE
-        assert time.monotonic() - started < CALL_LIMIT_S + FIRST_WAIT_S + 1.0
+        # Bounded by the call limit (a wide margin: the machine may be busy), not by
+        # libpq's connect timeout paid again and again.
+        assert time.monotonic() - started < CALL_LIMIT_S + FIRST_WAIT_S + 3.0
         assert store.connection.cuts == 1 and store.connection.down
+        started = time.monotonic()
         for _ in range(20):                 # the outage is known: no connect timeout paid
-            started = time.monotonic()
             with pytest.raises(Exception) as failed:
                 store.apply([RunSaved("during", {})])
             assert store.failure_code(failed.value) == UNAVAILABLE
-            assert time.monotonic() - started < 0.05
+        # Twenty calls together take less than one bounded call would: none waited.
+        assert time.monotonic() - started < CALL_LIMIT_S
+        assert store.connection.cuts == 1
         proxy.heal()
         deadline = time.monotonic() + 10
         while True:

@@ -104,6 +104,18 @@ def joined(state: State, conversation: Conversation | None, now: float) -> None:
         state.out.append(ReadJobs(conversation.agent, conversation.channel))
 
 
+def read_jobs_again(state: State) -> None:
+    """Another broker was out of reach and speaks again: jobs it committed for the
+    conversations here meanwhile may have been sent over a link that dropped them
+    (``link_jobs``), so each persistent conversation of a session here reads its
+    queued jobs from the store once more (the ones held already are not taken twice)."""
+    by_id = state.registry.by_id
+    for session_id, conversation in state.conversations.by_session.items():
+        session = by_id.get(session_id)
+        if conversation.persistent and session is not None and session.broker is None:
+            state.out.append(ReadJobs(conversation.agent, conversation.channel))
+
+
 def left(state: State, session: Session) -> None:
     """The session is gone: a running invocation failed; an ephemeral conversation is
     forgotten, a persistent one remembered with its last activity."""

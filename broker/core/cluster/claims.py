@@ -35,17 +35,22 @@ from schemas.limits import heartbeat_s
 
 from broker.core.kernel.records import SessionClaimed
 from broker.core.kernel.state import State
+from broker.core.sessions.registry import instance_tag
 
-Open = Callable[[str, "str | None", float], None]
+Open = Callable[["str | None", "str | None", float], None]
 
 
 def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
-          reclaiming: bool, open_as: Open, now: float, unverified: str | None = None) -> None:
+          reclaiming: bool, open_as: Open, now: float, unverified: str | None = None,
+          attempt: tuple[str, int] = ("", 0)) -> None:
     """Claim ``session_id`` and open the session with ``open_as(id, refusal, now)``,
     at once or once the claim is committed. ``unverified``: the hash of the reclaim
-    secret the store must hold for the id (this broker does not remember it)."""
+    secret the store must hold for the id (this broker does not remember it).
+    ``attempt``: the hello's instance and attempt (see SessionClaimed). A refused
+    reclaim whose id this broker knows from a newer hello of its client is a stale
+    hello, answered ``open_as(None, ...)``: nothing is opened, not even a fresh id."""
     if unverified is None and not (reclaiming and refusal is None and state.cluster.peers):
-        state.persist(_claim(state, session_id, now))
+        state.persist(_claim(state, session_id, now, attempt=attempt))
         open_as(session_id, refusal, now)
         return
     claiming = state.cluster.claiming
@@ -58,18 +63,25 @@ def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
     def refused(now: float, error: BusError) -> None:
         claiming.discard(identity)
         state.stats[f"claims.refused.{error.code}"] += 1
+        known = state.registry.by_id.get(session_id)
+        if reclaiming and known is not None and known.attempt_of == instance_tag(attempt[0]) \
+                and 0 < attempt[1] < known.attempt:
+            state.stats["hello.stale"] += 1
+            open_as(None, error.text, now)
+            return
         fresh = state.new_id()
-        state.persist(_claim(state, fresh, now))
+        state.persist(_claim(state, fresh, now, attempt=attempt))
         open_as(fresh, error.text, now)
 
-    state.persist(_claim(state, session_id, now, unverified), granted, refused)
+    state.persist(_claim(state, session_id, now, unverified, attempt), granted, refused)
 
 
-def _claim(state: State, session_id: str, now: float,
-           unverified: str | None = None) -> SessionClaimed:
+def _claim(state: State, session_id: str, now: float, unverified: str | None = None,
+           attempt: tuple[str, int] = ("", 0)) -> SessionClaimed:
     suspect_s = 2 * heartbeat_s(state.limits.liveness_s)   # silent this long: taken for dead
     # Silent: since its last frame, or since it was met if it never linked back (it
     # died before it heard of this broker, so it never will).
     gone = [p.broker_id for p in state.cluster.peers.values()
             if p.gone or now - p.heard_at > suspect_s]
-    return SessionClaimed(session_id, state.broker_id, state.wall, gone, unverified)
+    return SessionClaimed(session_id, state.broker_id, state.wall, gone, unverified,
+                          attempt[1], attempt[0])

@@ -55,7 +55,7 @@ from schemas.limits import heartbeat_s
 from schemas.names import PRESENCE_EVENTS
 
 from broker.core.cluster import remote_conversations as conversation_mirrors, forwarding, mirrors, ownership, remote_listing
-from broker.core.agents import invoke_actions as invoking, respond_action as respond
+from broker.core.agents import conversations, invoke_actions as invoking, respond_action as respond
 from broker.core.cluster.peers import Peer, link_row, mirror_of
 from broker.core.kernel.commands import LinkClose, LinkOpen, LinkSend, ReadBrokers, Send
 from broker.core.kernel.records import LeaseRenewed
@@ -417,6 +417,7 @@ def _heard_again(state: State, peer: Peer, now: float) -> None:
     state.stats["brokers.reachable_again"] += 1
     state.note("broker_reachable", peer=peer.broker_id)
     _say_hello(state, peer, reset=True)
+    conversations.read_jobs_again(state)      # a link_jobs it sent may have been lost
 
 
 def _part(state: State, peer: Peer, reason: str, now: float) -> None:

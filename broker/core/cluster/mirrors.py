@@ -41,6 +41,9 @@ def upsert(state: State, peer: Peer, row: Any, now: float) -> None:
         state.stats["link.bad_row"] += 1
         return
     held = state.registry.by_id.get(row["id"])
+    if held is not None and held.broker != peer.broker_id and stale(held, row):
+        state.stats["link.stale_row"] += 1
+        return
     if held is None:
         _add(state, peer, row, now)
     elif held.broker == peer.broker_id:
@@ -58,7 +61,27 @@ def moved(state: State, peer: Peer, row: Any) -> Session | None:
     """The session a row of ``peer`` takes over: the same id held here or mirrored from
     another broker (its client reconnected to ``peer`` with its reclaim secret)."""
     held = state.registry.by_id.get(row.get("id")) if row.__class__ is dict else None
-    return held if held is not None and held.broker != peer.broker_id else None
+    if held is None or held.broker == peer.broker_id or stale(held, row):
+        return None
+    return held
+
+
+def _attempt(row: dict) -> int:
+    attempt = row.get("attempt")
+    return attempt if attempt.__class__ is int and attempt > 0 else 0
+
+
+def _attempt_of(row: dict) -> str:
+    tag = row.get("attemptOf")
+    return tag if isinstance(tag, str) and len(tag) <= 64 else ""
+
+
+def stale(held: Session, row: Any) -> bool:
+    """Whether a row for ``held``'s id comes from an older hello of its client than the
+    one ``held`` was opened or taken back with (both said their attempts): a session
+    opened by a hello delivered late, which must not take the id from its client."""
+    return row.__class__ is dict and _attempt_of(row) == held.attempt_of != "" and \
+        0 < _attempt(row) < held.attempt
 
 
 def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
@@ -76,7 +99,7 @@ def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
         connected_at=now - max(0.0, state.wall - connected_wall), connected_wall=connected_wall,
         last_seen_at=now, peer=f"link:{peer.broker_id}", broker=peer.broker_id,
         cwd=row["cwd"] if isinstance(row.get("cwd"), str) else None,
-        mirrored_stage=_stage(row))
+        mirrored_stage=_stage(row), attempt=_attempt(row), attempt_of=_attempt_of(row))
     state.registry.add(session)
     state.cluster.remote[session.id] = session
     # A subagent of a run held here, back on another broker: it gets what was held.
@@ -93,6 +116,10 @@ def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
 
 
 def _update(state: State, session: Session, row: dict[str, Any]) -> None:
+    if _attempt_of(row) != session.attempt_of:
+        session.attempt, session.attempt_of = _attempt(row), _attempt_of(row)
+    else:
+        session.attempt = max(session.attempt, _attempt(row))
     groups = [g for g in row["groups"] if isinstance(g, str)]
     if groups != list(session.groups):
         before = set(session.groups)

@@ -182,4 +182,6 @@ def link_row(session: Session, token_hash: str, hosts: list[str]) -> dict[str, A
     row.update(homeGroup=session.home_group, parent=session.parent_id,
                statusSuffix=session.status_suffix, status=session.status,
                tokenHash=token_hash, hosts=hosts)
+    if session.attempt:
+        row.update(attempt=session.attempt, attemptOf=session.attempt_of)
     return row

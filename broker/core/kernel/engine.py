@@ -169,6 +169,10 @@ class Engine:
         now = getattr(event, "now", None)
         if now is not None and self.state.cluster.shared and self.lease_clock.lapses(now):
             ownership.lapse(self.state, now)
+            # Resumed after a pause: clients silent past the window have failed over
+            # and hold their ids elsewhere; their sessions here go before anything
+            # else is served (or told to the other brokers as live).
+            self._expire_silent(now, None)
         return _INPUTS[event.__class__](self, event)
 
     def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None,
@@ -267,22 +271,27 @@ class Engine:
         self.state.out.append(Answer(identity, [None], error))
         return self._flush()
 
+    def _expire_silent(self, now: float, most: int | None) -> bool:
+        """Let go of local sessions silent past the liveness window (at most ``most``);
+        False when more are left. A mirror's liveness is its broker's link
+        (broker.core.cluster.links), not its own."""
+        state = self.state
+        cutoff = now - state.limits.liveness_s
+        silent = [s for s in state.registry.by_id.values()
+                  if s.last_seen_at < cutoff and s.broker is None]
+        for session in silent[:most]:
+            state.stats["sessions.expired"] += 1
+            connect.disconnect(state, session, "heartbeat", now)
+        return most is None or len(silent) <= most
+
     def tick(self, now: float, wall: float | None = None) -> list[Command]:
         """Expire silent sessions and asks whose deadline passed."""
         state = self.state
         state.wall = now if wall is None else wall
         if now >= self._next_sweep_at:
             self._next_sweep_at = now + SWEEP_INTERVAL_S
-            cutoff = now - state.limits.liveness_s
-            # A mirror's liveness is its broker's link (broker.core.cluster.links), not its own.
-            silent = [s for s in state.registry.by_id.values()
-                      if s.last_seen_at < cutoff and s.broker is None]
-            if len(silent) > EXPIRE_PER_SWEEP:
-                silent = silent[:EXPIRE_PER_SWEEP]
+            if not self._expire_silent(now, EXPIRE_PER_SWEEP):
                 self._next_sweep_at = now    # more to do: come back next round
-            for session in silent:
-                state.stats["sessions.expired"] += 1
-                connect.disconnect(state, session, "heartbeat", now)
             hosting.expire_leases(state)
         lease = self.lease_clock.due(now)
         if lease is not None:

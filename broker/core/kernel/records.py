@@ -71,7 +71,8 @@ class SessionClaimed:
     nobody holds it, when ``broker_id`` does, or when its holder's lease has ended at
     ``at`` or is among ``gone`` (brokers the claimant saw die, whose lease runs on);
     with ``token_hash`` (a reclaim the claimant could not check itself), only if the
-    store's identity row for the id has that hash. Otherwise it is *refused*: nothing
+    store's identity row for the id has that hash. ``attempt`` orders one client's
+    hellos (see the field). Otherwise it is *refused*: nothing
     of it is written, the rest of its batch is, and :meth:`Store.apply` returns it."""
 
     session_id: str
@@ -79,6 +80,13 @@ class SessionClaimed:
     at: float
     gone: list[str] = field(default_factory=list)
     token_hash: str | None = None
+    # The client's hello attempt (0: none said) and its ``instance`` nonce. Between
+    # hellos of one instance (one client object), a newer attempt than the one that
+    # took the id takes it even from a live holder (the client moved: its newest hello
+    # is the client), and an older one never takes it (a stale hello, delivered late).
+    # Another instance is another process: the other rules alone decide.
+    attempt: int = 0
+    instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)

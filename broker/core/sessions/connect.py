@@ -47,7 +47,7 @@ from broker.core.sessions.presence import membership_changed, status_changed
 from broker.core.sessions.identities import remember
 from broker.core.sessions.identity_table import IdentityRecord
 from broker.core.kernel.records import IdentitySaved, SessionReleased
-from broker.core.sessions.registry import Session
+from broker.core.sessions.registry import Session, instance_tag
 from broker.core.workflow.paths import path_run
 from broker.core.workflow.stage_binding import bind, host_returned, stage_home
 from broker.core.kernel.lifecycle import SessionLeft, SessionOpened, emit
@@ -87,6 +87,11 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
         return
 
     live = state.registry.by_id.get(env.get("sessionId") or "")
+    if live is not None and env.get("instance") == live.instance and \
+            0 < hello_attempt(env) < live.attempt:
+        # Its client has said a newer hello since (this one was late): keep the route.
+        state.stats["hello.stale"] += 1
+        raise BusError("stale_hello", attempt=hello_attempt(env), session_id=live.id)
     if live is not None and _returning(state, live, env, now):
         _reattach(state, live, identity, env, re, now)
         return
@@ -126,12 +131,26 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
     if child_grant is not None:     # nothing can refuse the hello any more: the grant is spent
         state.used_grants.use(child_grant, state.wall)
 
-    def open_as(session_id: str, refusal: str | None, now: float) -> None:
+    def open_as(session_id: str | None, refusal: str | None, now: float) -> None:
+        if session_id is None:          # a stale hello (see broker.core.cluster.claims)
+            state.answer(identity, re, BusError("stale_hello", attempt=attempt,
+                                                session_id=env.get("sessionId")))
+            return
         _open(state, identity, env, re, now, session_id, refusal, name, kind, parent,
               home, groups, dropped, stage, peer, conversation_claim)
 
+    attempt = hello_attempt(env)
+    instance = env.get("instance") if isinstance(env.get("instance"), str) else ""
     state.hooks.claim(state, identity, session_id, refusal, bool(env.get("sessionId")), open_as,
-                      now, unverified)
+                      now, unverified, (instance, attempt))
+
+
+def hello_attempt(env: dict) -> int:
+    """The hello's ``attempt`` (0 when absent or unusable)."""
+    attempt = env.get("attempt")
+    if attempt.__class__ is float and attempt.is_integer():
+        attempt = int(attempt)          # msgpack from JavaScript: a double past 2**32
+    return attempt if attempt.__class__ is int and 0 < attempt < 2 ** 63 else 0
 
 
 def _open(state: State, identity: bytes, env: dict, re: str, now: float, session_id: str,
@@ -157,7 +176,8 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
         status_suffix=env.get("statusSuffix"),
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
         connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=peer,
-        cwd=env.get("cwd"))
+        cwd=env.get("cwd"), attempt=hello_attempt(env),
+        attempt_of=instance_tag(env.get("instance")))
     if refusal is None and env.get("sessionId") and isinstance(env.get("token"), str):
         session.reclaimed_with = token_hash(env["token"])    # see _returning
     state.registry.add(session)
@@ -253,6 +273,8 @@ def _reattach(state: State, session: Session, identity: bytes, env: dict, re: st
     """The same client came back on a new connection: keep everything, move the route."""
     state.registry.rebind(session, identity, _counted_as(state, identity))
     session.instance = env.get("instance")      # a silent holder's successor owns it now
+    session.attempt = max(session.attempt, hello_attempt(env))
+    session.attempt_of = instance_tag(env.get("instance"))
     backlog.restart(session)
     session.last_seen_at = now
     _adopt_claimed(state, session, env)

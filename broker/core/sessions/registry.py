@@ -17,6 +17,8 @@ Who may see whom is not decided here but in :mod:`broker.core.sessions.authority
 
 from __future__ import annotations
 
+import hashlib
+
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -49,6 +51,8 @@ class Session:
     parent_id: str | None = None
     instance: str | None = None             # the client's per-process nonce (see connect.hello)
     reclaimed_with: str | None = None       # hash of the secret its id came back with
+    attempt: int = 0                        # its client's latest hello attempt (0: none)
+    attempt_of: str = ""                    # instance_tag of the client that said it
     binding: StageBinding | None = None     # set once a stage session is bound
     status: str = IDLE
     status_suffix: str | None = None
@@ -228,3 +232,11 @@ def _discard(index: dict[str, set[str]], key: str, value: str) -> None:
         bucket.discard(value)
         if not bucket:
             del index[key]
+
+
+def instance_tag(instance: object) -> str:
+    """What other brokers learn of a client's ``instance`` nonce (it tells a client
+    from a second process holding its identity, so it is not passed on as it is)."""
+    if not isinstance(instance, str) or not instance:
+        return ""
+    return hashlib.sha256(instance.encode()).hexdigest()[:16]

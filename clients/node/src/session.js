@@ -101,6 +101,9 @@ export class Session {
     this.token = token; // the reclaim secret of `id`
     // The same in every hello of this object (its reconnects), different in any other.
     this.instance = randomBytes(12).toString("hex");
+    // Grows with each hello (the wall clock in ms, or one more): a late copy of an
+    // older hello can neither take this session's id nor open a phantom.
+    this.attempt = 0;
     this.welcome = {}; // the broker's latest welcome
     // Brokers seen (a restart is a new broker id) and asks received under each: a
     // reply after a restart may have to wait for its ask's resend (see reply()).
@@ -138,6 +141,7 @@ export class Session {
       parent: this.parent, stage: this.stage, statusSuffix: this.config.status,
       transcript: this.transcript, notifyUndeliverable: this.notifyUndeliverable, grant: this.grant,
       channel: this.channelAsked, persistent: this.persistent, cwd: this.cwd, instance: this.instance,
+      attempt: (this.attempt = Math.max(this.attempt + 1, Date.now())),
     };
     if (this.id !== null) Object.assign(fields, { sessionId: this.id, token: this.token });
     if (this.homeGroup !== null) {

@@ -32,8 +32,6 @@ import { ClientProtocol, ROTATE_AFTER, State, TIMER_INTERVAL_S } from "./protoco
 import { LIMITS } from "./schemas.js";
 import { PlainSend } from "./wire.js";
 
-const PING_MS = 2000; // libzmq's own ping of the broker's connection
-
 // With several endpoints: a hello unanswered this long moves the socket to the next one.
 export const FAILOVER_S = 1.0;
 // Frames ZeroMQ queues unread: enough to keep a reader busy, few enough that a paused
@@ -77,10 +75,7 @@ export class Transport {
     this.serverKeys = new Map(); // endpoint -> CURVE key, from redirects
     this.curve = curve;
     const options = { linger: 1000, sendHighWaterMark: 100_000, receiveHighWaterMark: RCVHWM,
-      reconnectInterval: 100, reconnectMaxInterval: 1000,
-      // libzmq's pings drop a TCP connection a partition left silent, so it is made
-      // again soon after the network heals (as the Python client does).
-      heartbeatInterval: PING_MS, heartbeatTimeout: 3 * PING_MS, connectTimeout: PING_MS };
+      reconnectInterval: 100, reconnectMaxInterval: 1000 };
     if (curve !== null) {
       Object.assign(options, { curveServerKey: curve.serverKey, curvePublicKey: curve.publicKey,
         curveSecretKey: curve.secretKey });
