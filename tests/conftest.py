@@ -60,9 +60,12 @@ def pytest_collection_modifyitems(items):
     """Long tests first: xdist hands tests out in this order, and a long one handed
     out last keeps one worker busy after the others ran out of work. Property tests
     (hypothesis) run for seconds of CPU and integration tests wait on processes; unit
-    tests are short and fill the gaps at the end. The sort is stable, so each file's
+    tests are short and fill the gaps at the end. The fault tests (tens of seconds
+    each, on network namespaces) go before all. The sort is stable, so each file's
     tests keep their order."""
     def rank(item) -> int:
+        if "faults" in item.path.parts:
+            return -1
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             return 0
         return 1 if "integration" in item.path.parts else 2
