@@ -17,7 +17,12 @@ Prints, each measured in this run:
               how long sends were refused ``store_unavailable``, measured from the
               stop and from the moment the server accepted connections again.
 
+With ``--tree DIR`` (another checkout, e.g. ``git worktree add /tmp/before 0be1c11``) the
+``durable`` section measures DIR's brokers against this checkout's, interleaved, and
+prints median rates and after/before per store and broker count (benchkit.tree_compare).
+
 Usage: python scripts/bench_store.py [--count 3000] [--repeats 1] [--skip failover]
+                                     [--tree DIR]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from benchkit.durable_section import measure_durable, measure_raw_apsw  # noqa: 
 from benchkit.procs import Harness  # noqa: E402
 from benchkit.role_io import MESSAGE_BYTES  # noqa: E402
 from benchkit.tmp_broker import TmpBroker  # noqa: E402
+from benchkit.tree_compare import compare_durable  # noqa: E402
 from tests.postgres_server import PostgresServer, start_server  # noqa: E402
 
 RAW_TABLE = """
@@ -67,11 +73,15 @@ def raw_psycopg(server: PostgresServer, rows: int) -> float:
     return rate
 
 
-def durable(h: Harness, server: PostgresServer, cfg, brokers: int, store: str) -> dict:
-    """Sticky sends confirmed per second by ``brokers`` brokers on one database."""
+def durable(h: Harness, server: PostgresServer, cfg, brokers: int, store: str,
+            tree: Path | None = None) -> dict:
+    """Sticky sends confirmed per second by ``brokers`` brokers (of ``tree``, default this
+    checkout) on one new database."""
     db = server.schema_url() if store == "postgres" else str(h.dir / f"{uuid.uuid4().hex[:8]}.db")
-    started = [h.start_broker(None, "--db", db) for _ in range(brokers)]
+    started = []
     try:
+        for _ in range(brokers):
+            started.append(h.start_broker(None, "--db", db, tree=tree))
         broker, ep = started[0]
         return measure_durable(h, broker, ep, brokers, cfg,
                                routers=[e.router for _, e in started])
@@ -85,6 +95,10 @@ def section_durable(server: PostgresServer, args) -> None:
                           durable_window=1000, run_timeout_s=120.0, raw_rows=args.raw_rows)
     h = Harness()
     try:
+        if args.tree is not None:
+            compare_durable(args.tree.resolve(), args.repeats,
+                            lambda brokers, store, tree: durable(h, server, cfg, brokers, store, tree))
+            return
         for rep in range(args.repeats):
             raw_pg = raw_psycopg(server, args.raw_rows)
             raw_lite = measure_raw_apsw(h, cfg, "FULL")["rate"]
@@ -185,6 +199,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--skip", action="append", default=[],
                         choices=["durable", "failover", "restart"])
+    parser.add_argument("--tree", type=Path, metavar="DIR",
+                        help="durable section: measure DIR's brokers (another checkout) "
+                             "against this checkout's, interleaved")
     args = parser.parse_args()
     print(f"loadavg {os.getloadavg()[0]:.1f}; {os.cpu_count()} cpus; message {MESSAGE_BYTES} bytes",
           flush=True)

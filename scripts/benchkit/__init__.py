@@ -24,6 +24,8 @@ One idea per module:
 ``load_observers``   load_sessions.py watcher (presence events) and status prober
 ``load_run``         load_sessions.py run state: broker, workers, rows, problems, table
 ``load_phases``      load_sessions.py phases: connect, latency, fan-out, presence, close
+``tree_compare``     bench_store.py ``--tree DIR``: durable sends, another checkout's
+                     brokers against this one's, interleaved, and the after/before table
 
 Roles run in fresh interpreters: the parent re-executes an entry point
 (``BENCH_SCRIPT`` or ``LOAD_SCRIPT``) with ``--role NAME --role-args JSON``. Heavy

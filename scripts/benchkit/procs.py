@@ -160,11 +160,11 @@ class Proc:
 
 
 def spawn(name: str, argv: list[str], env: dict, log: Path, *, pipes: bool = True,
-          cls: type[Proc] = Proc) -> Proc:
-    """Start ``argv`` in the project root; stderr (and stdout unless ``pipes``) to ``log``."""
+          cls: type[Proc] = Proc, cwd: Path = ROOT) -> Proc:
+    """Start ``argv`` in ``cwd`` (the project root); stderr (and stdout unless ``pipes``) to ``log``."""
     with open(log, "wb") as log_file:
         popen = subprocess.Popen(
-            argv, cwd=ROOT, env=env, preexec_fn=pdeathsig,
+            argv, cwd=cwd, env=env, preexec_fn=pdeathsig,
             stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
             stdout=subprocess.PIPE if pipes else log_file,
             stderr=log_file)
@@ -298,9 +298,12 @@ class Harness:
 
     # -- starting -------------------------------------------------------------------------
 
-    def spawn(self, name: str, argv: list[str], *, pipes: bool = True) -> Proc:
+    def spawn(self, name: str, argv: list[str], *, pipes: bool = True,
+              tree: Path | None = None) -> Proc:
+        """``tree``: another checkout to run in (cwd and PYTHONPATH), e.g. an older commit."""
         log = self.dir / f"{self._next(name + '-')}.log"
-        proc = spawn(name, argv, self.env, log, pipes=pipes)
+        env = self.env if tree is None else dict(self.env, PYTHONPATH=str(tree))
+        proc = spawn(name, argv, env, log, pipes=pipes, cwd=tree or ROOT)
         self.procs.append(proc)
         return proc
 
@@ -316,14 +319,16 @@ class Harness:
         return proc, ep
 
     def start_broker(self, profile: Path | None = None, *extra: str,
-                     bounds: tuple[str, ...] = BENCH_BOUNDS) -> tuple[Proc, Endpoints]:
+                     bounds: tuple[str, ...] = BENCH_BOUNDS,
+                     tree: Path | None = None) -> tuple[Proc, Endpoints]:
+        """``python -m broker`` of this checkout, or of ``tree`` (imported from there)."""
         data = self.dir / self._next("b")
         data.mkdir()
         ep = Endpoints(router=f"ipc://{data}/broker.sock", pub=f"ipc://{data}/presence.sock",
                        data_dir=data)
         argv = broker_argv(data, ep.router, ep.pub, "--log-level", "info", *bounds,
                            *extra, profile=profile)
-        proc = self.spawn("broker", argv, pipes=False)
+        proc = self.spawn("broker", argv, pipes=False, tree=tree)
         state = wait_for_bind(proc, Path(ep.router[len("ipc://"):]), 20, 0.02)
         if state == "exited":
             raise RoleError(f"broker exited with {proc.popen.returncode}{proc.tail_note()}")
