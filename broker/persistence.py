@@ -94,8 +94,8 @@ from dataclasses import dataclass
 import zmq
 
 from broker.core.kernel.commands import AdoptRuns, ReadJobs
-from broker.core.kernel.records import (InvocationSaved, LeaseRenewed, Record, Snapshot, StickyKept,
-                                        StickyRow, refusal_code)
+from broker.core.kernel.records import (InvocationSaved, LeaseRenewed, Record, Snapshot,
+                                        StickyKept, StickyRow, refusal_codes)
 from broker.core.kernel.secret_ids import new_hex_id
 from broker.store import UNAVAILABLE, Store
 from .commit_times import CommitTimes
@@ -333,8 +333,9 @@ class PersistenceWorker:
             # entries whose request another write kept first (records.StickyKept), and
             # hand-overs of jobs another broker started (records.InvocationState).
             kept = {id(r.saved): r.kept for r in refused if type(r) is StickyKept}
-            ids = {id(r) for r in refused if type(r) is not StickyKept}
-            refusals = [(t, refusal_code(record)) for t, record in items
+            codes = refusal_codes(refused)
+            ids = set(codes)
+            refusals = [(t, codes[id(record)]) for t, record in items
                         if t is not None and id(record) in ids]
             kept_rows = [(t, kept[id(record)]) for t, record in items
                          if t is not None and id(record) in kept]

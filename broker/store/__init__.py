@@ -37,6 +37,7 @@ from broker.core.kernel.records import (RECORD_TYPES, ConversationDeleted, Conve
                                         RecoverySaved, RunEnded, RunSaved, SessionClaimed,
                                         SessionReleased, Snapshot, StickyAnswered,
                                         StickyDelivery, StickyDropped, StickyKept, StickyRow,
+                                        ClaimStale,
                                         StickySaved)
 
 IDENTITY_KEEP_S = 30 * 24 * 3600   # who held an id is remembered for 30 days
@@ -146,7 +147,7 @@ def apply_each(records: Sequence[Record], writers: dict[type, Callable]) -> list
         outcome = writer(record)
         if outcome is False:
             refused.append(record)
-        elif outcome.__class__ is StickyKept:
+        elif outcome.__class__ is StickyKept or outcome.__class__ is ClaimStale:
             refused.append(outcome)
     return refused
 

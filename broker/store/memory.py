@@ -70,7 +70,7 @@ from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, 
                                         LeaseRenewed, Record, RecoveryDeleted, RecoverySaved,
                                         RunEnded, RunSaved, SessionClaimed, SessionReleased,
                                         Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                                        StickyKept, StickyRow, StickySaved)
+                                        StickyKept, StickyRow, StickySaved, ClaimStale)
 from broker.store import (FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, UNFINISHED,
                           apply_each, named_ids, writers_of)
 
@@ -143,7 +143,7 @@ class MemoryTables:
     def release_lease(self, record: LeaseReleased) -> None:
         self.leases.pop(record.broker_id, None)
 
-    def claim_session(self, record: SessionClaimed) -> bool:
+    def claim_session(self, record: SessionClaimed) -> bool | ClaimStale:
         if record.token_hash is not None:
             known = self.identities.get(record.session_id)
             if known is None or known.token_hash != record.token_hash:
@@ -152,7 +152,7 @@ class MemoryTables:
         instance, held = self.claim_attempts.get(record.session_id, ("", 0))
         same = holder is not None and record.instance != "" and record.instance == instance
         if same and 0 < record.attempt < held:
-            return False                                   # a stale hello
+            return ClaimStale(record)                      # a stale hello
         lease = self.leases.get(holder) if holder is not None else None
         if holder is not None and holder != record.broker_id and lease is not None \
                 and lease.until > record.at and holder not in record.gone \

@@ -40,7 +40,7 @@ from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, 
                                         LeaseRenewed, Record, RecoveryDeleted, RecoverySaved,
                                         RunEnded, RunSaved, SessionClaimed, SessionReleased,
                                         Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                                        StickyKept, StickySaved)
+                                        StickyKept, StickySaved, ClaimStale)
 from broker.store import (FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, UNAVAILABLE,
                           SchemaError, StoreOpenError, named_ids, writers_of)
 from broker.store import postgres_schema as sql
@@ -48,7 +48,8 @@ from broker.store.postgres_connection import (CALL_LIMIT_S, UNAVAILABLE_ERRORS, 
                                               lock_key, open_connection)
 from broker.store.postgres_problems import open_problem
 from broker.store.postgres_sticky import StickyBurst, sticky_row
-from broker.store.sql_shared import fields_by_name, pack as _pack, read_runs, unpack as _unpack
+from broker.store.sql_shared import (fields_by_name, pack as _pack, read_runs, stale_claim,
+                                     unpack as _unpack)
 from broker.store.urls import split_url
 
 SCHEMA_VERSION = sql.SCHEMA_VERSION
@@ -156,7 +157,7 @@ class PostgresStore:
                     outcome = later()
                     if outcome is False:
                         refused.append(record)
-                    elif outcome.__class__ is StickyKept:
+                    elif outcome.__class__ is StickyKept or outcome.__class__ is ClaimStale:
                         refused.append(outcome)
                 self._committing = True       # the block's end sends COMMIT
             return refused
@@ -271,7 +272,17 @@ class PostgresStore:
 
     def claim_session(self, record: SessionClaimed) -> Deferred:
         cursor = self._ask(sql.CLAIM, fields_by_name(record, gone=list(record.gone)))
-        return lambda: cursor.fetchone() is not None        # no row: refused
+        # After the claim, in the same transaction: the row as it stands (the holder's,
+        # when refused), to tell a stale hello from a second process.
+        holder = self._ask(sql.CLAIM_ROW, {"session_id": record.session_id})
+
+        def outcome() -> bool | ClaimStale:
+            if cursor.fetchone() is not None:
+                return True
+            row = holder.fetchone()
+            stored = {"instance": row[0], "attempt": row[1]} if row is not None else None
+            return ClaimStale(record) if stored and stale_claim(record, stored) else False
+        return outcome
 
     def release_session(self, record: SessionReleased) -> None:
         self._run(fields_by_name(record), sql.UNCLAIM)

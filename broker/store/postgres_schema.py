@@ -147,6 +147,7 @@ WHERE NOT (excluded.instance <> '' AND excluded.instance = session_claims.instan
        AND session_claims.attempt > 0 AND excluded.attempt > session_claims.attempt))
 RETURNING broker_id
 """
+CLAIM_ROW = "SELECT instance, attempt FROM session_claims WHERE session_id = %(session_id)s"
 UNCLAIM = """
 DELETE FROM session_claims WHERE session_id = %(session_id)s AND broker_id = %(broker_id)s
 """

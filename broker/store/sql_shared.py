@@ -31,6 +31,13 @@ def fields_by_name(record: Record, /, **encoded: Any) -> dict[str, Any]:
     return params
 
 
+def stale_claim(claim: SessionClaimed, row: Any) -> bool:
+    """Whether a refused ``claim`` lost to a newer hello of its own client (``row``: the
+    claim as stored, with ``instance`` and ``attempt``), not to another process."""
+    return claim.instance != "" and row["instance"] == claim.instance and \
+        0 < claim.attempt < row["attempt"]
+
+
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {
     cls: tuple(cls.__dataclass_fields__) for cls in RECORD_HANDLERS}
 

@@ -42,11 +42,12 @@ from broker.core.kernel.records import (ConversationDeleted, ConversationSaved, 
                                         LeaseRenewed, Record, RecoveryDeleted, RecoverySaved,
                                         RunEnded, RunSaved, SessionClaimed, SessionReleased,
                                         Snapshot, StickyAnswered, StickyDelivery, StickyDropped,
-                                        StickyKept, StickyRow, StickySaved)
+                                        StickyKept, StickyRow, StickySaved, ClaimStale)
 from broker.store import (FINISHED_KEEP_S, IDENTITY_KEEP_S, IDENTITY_LIMIT, UNAVAILABLE,
                           SchemaError, StoreOpenError, apply_each, named_ids, writers_of)
 from broker.store import sqlite_schema as sql
-from broker.store.sql_shared import fields_by_name, pack as _pack, read_runs, unpack as _unpack
+from broker.store.sql_shared import (fields_by_name, pack as _pack, read_runs, stale_claim,
+                                     unpack as _unpack)
 from broker.store.sqlite_schema import BUSY_TIMEOUT_MS, SCHEMA_VERSION, SYNCHRONOUS_MODES
 
 # Failures of the file rather than of the records written: retrying once the lock is
@@ -273,13 +274,15 @@ class SqliteStore:
         self.conn.execute(sql.UPSERT_LEASE, fields_by_name(record, until=until))
         self.conn.execute(sql.FORGET_CLAIMS)
 
-    def claim_session(self, record: SessionClaimed) -> bool:
+    def claim_session(self, record: SessionClaimed) -> bool | ClaimStale:
         if record.token_hash is not None and not any(_rows(self.conn, sql.IDENTITY_HAS, {
                 "session_id": record.session_id, "token_hash": record.token_hash})):
             return False
         self.conn.execute(sql.CLAIM, fields_by_name(record, gone=json.dumps(record.gone)))
         (row,) = _rows(self.conn, sql.CLAIM_HOLDER, {"session_id": record.session_id})
-        return row["broker_id"] == record.broker_id
+        if row["broker_id"] == record.broker_id:
+            return True
+        return ClaimStale(record) if stale_claim(record, row) else False
 
     def release_session(self, record: SessionReleased) -> None:
         self.conn.execute(sql.UNCLAIM, fields_by_name(record))

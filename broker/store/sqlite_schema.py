@@ -195,7 +195,9 @@ WHERE NOT (excluded.instance != '' AND excluded.instance = session_claims.instan
 IDENTITY_HAS = """
 SELECT 1 FROM session_identity WHERE session_id = :session_id AND token_hash = :token_hash
 """
-CLAIM_HOLDER = "SELECT broker_id FROM session_claims WHERE session_id = :session_id"
+CLAIM_HOLDER = """
+SELECT broker_id, instance, attempt FROM session_claims WHERE session_id = :session_id
+"""
 UNCLAIM = "DELETE FROM session_claims WHERE session_id = :session_id AND broker_id = :broker_id"
 # The fence of every write for a run (records with an ``epoch``): it applies only
 # while the run is still the writer's, at the writer's epoch. Epoch 0: not fenced.

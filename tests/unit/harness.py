@@ -7,7 +7,7 @@ from typing import Any
 
 from broker.core import Engine, Limits, Persist, Publish, Send
 from broker.core.kernel import inputs
-from broker.core.kernel.records import StickyKept, refusal_code
+from broker.core.kernel.records import StickyKept, refusal_codes
 from broker.store.memory import MemoryStore
 from schemas.agent_config import AgentSettings
 from schemas.protocol import envelope
@@ -90,7 +90,7 @@ class Bus:
         out = []
         not_written = self.store.apply(self.written)
         kept = {id(r.saved): r.kept for r in not_written if isinstance(r, StickyKept)}
-        refused = {id(r) for r in not_written if not isinstance(r, StickyKept)}
+        refused = refusal_codes(not_written)
         self.written = []
         # As the persistence worker reports them: runs whose fenced writes were refused
         # (another broker owns them now), before the refused tickets.
@@ -103,7 +103,7 @@ class Bus:
             record = self._waited.pop(ticket, None)
             if id(record) in refused:   # a claim another broker holds, a job it started
                 out += self._track(self.engine.persist_failed(ticket, self.now,
-                                                              code=refusal_code(record)))
+                                                              code=refused[id(record)]))
             elif id(record) in kept:    # the same request is an entry already
                 out += self._track(self.engine.persist_kept(ticket, kept[id(record)], self.now))
             else:

@@ -146,3 +146,24 @@ def test_a_broker_heard_again_after_silence_reads_its_conversations_queued_jobs_
     pair.advance(3.0)
     reads = [c for c in pair.seen[b] if isinstance(c, ReadJobs)]
     assert [(r.agent, r.channel) for r in reads] == [("lys", "discord:2")]
+
+
+def test_a_lapsed_broker_does_not_tell_the_others_its_runs_ended():
+    """A broker cut from the database lapses and drops its runs without a word: for the
+    others the run is still its own until its lease ends (then an orphan), so a stage
+    hello there is redirected or told run_moving, never unknown_run (a stage gave up)."""
+    pair = hosted(lease_s=12)
+    a, b = pair.nodes
+    pair.auto_adopt = False
+    pair.cut_from_store.add(a)
+    lapsed = False
+    for _ in range(60):
+        pair.advance(0.25)
+        if RUN not in a.engine.state.runs:
+            lapsed = True
+            break
+    assert lapsed
+    pair.advance(0.5)                       # what A sends after the lapse reaches B
+    assert b.engine.cluster.run_owners.get(RUN) == "ba"
+    answer = pair.hello(b, "stage", sessionKind="stage", stage=PLAN)
+    assert answer["code"] in ("run_elsewhere", "run_moving"), answer

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core.kernel.records import (ConversationDeleted, InvocationState, LeaseReleased,
+from broker.core.kernel.records import (ClaimStale, ConversationDeleted, InvocationState, LeaseReleased,
                                  LeaseRenewed, RecoveryDeleted, RunSaved, SessionClaimed,
                                  SessionReleased)
 
@@ -159,14 +159,15 @@ def test_a_newer_hello_attempt_takes_an_id_from_a_live_holder_and_an_older_one_n
     same = SessionClaimed("x", "b1", NOW, attempt=200, instance="i")
     other = SessionClaimed("x", "b1", NOW, attempt=900, instance="j")
     legacy = SessionClaimed("x", "b3", NOW)
-    assert store.apply([late, same, other, legacy]) == [late, same, other, legacy]
+    # The late one is told apart (ClaimStale: a stale hello, not a second process).
+    assert store.apply([late, same, other, legacy]) == [ClaimStale(late), same, other, legacy]
     assert store.claims() == {"x": "b2"}
     # Another process takes it from a broker it saw die, whatever the attempts say ...
     assert store.apply([SessionClaimed("x", "b3", NOW, gone=["b2"], attempt=50,
                                        instance="j")]) == []
     # ... and from then on its attempts are the ones that count.
     older = SessionClaimed("x", "b1", NOW, gone=["b3"], attempt=49, instance="j")
-    assert store.apply([older]) == [older] and store.claims() == {"x": "b3"}
+    assert store.apply([older]) == [ClaimStale(older)] and store.claims() == {"x": "b3"}
 
 
 def test_a_release_frees_only_the_releasing_brokers_claim(store):

@@ -35,7 +35,6 @@ from schemas.limits import heartbeat_s
 
 from broker.core.kernel.records import SessionClaimed
 from broker.core.kernel.state import State
-from broker.core.sessions.registry import instance_tag
 
 Open = Callable[["str | None", "str | None", float], None]
 
@@ -46,9 +45,10 @@ def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
     """Claim ``session_id`` and open the session with ``open_as(id, refusal, now)``,
     at once or once the claim is committed. ``unverified``: the hash of the reclaim
     secret the store must hold for the id (this broker does not remember it).
-    ``attempt``: the hello's instance and attempt (see SessionClaimed). A refused
-    reclaim whose id this broker knows from a newer hello of its client is a stale
-    hello, answered ``open_as(None, ...)``: nothing is opened, not even a fresh id."""
+    ``attempt``: the hello's instance and attempt (see SessionClaimed). A claim the
+    store refused as stale (the id is held under a newer attempt of the same client:
+    records.ClaimStale) is a late hello, answered ``open_as(None, ...)``: nothing is
+    opened, not even a fresh id."""
     if unverified is None and not (reclaiming and refusal is None and state.cluster.peers):
         state.persist(_claim(state, session_id, now, attempt=attempt))
         open_as(session_id, refusal, now)
@@ -63,9 +63,7 @@ def claim(state: State, identity: bytes, session_id: str, refusal: str | None,
     def refused(now: float, error: BusError) -> None:
         claiming.discard(identity)
         state.stats[f"claims.refused.{error.code}"] += 1
-        known = state.registry.by_id.get(session_id)
-        if reclaiming and known is not None and known.attempt_of == instance_tag(attempt[0]) \
-                and 0 < attempt[1] < known.attempt:
+        if error.code == "stale_hello":    # the store: a newer hello of this client won
             state.stats["hello.stale"] += 1
             open_as(None, error.text, now)
             return

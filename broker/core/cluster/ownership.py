@@ -314,6 +314,10 @@ def _drop(state: State, run_ids, now: float) -> list[str]:
             continue
         state.sticky.drop_run(run_id)
         forget(state, run)
+        # Not told to the others as ended: for them it is this broker's until its
+        # lease ends (then an orphan) or the run's new owner says so. An "ended" word
+        # made them answer unknown_run, and a stage's hello there gave up.
+        state.cluster.runs_changed.pop(run_id, None)
         dropped.append(run_id)
         for session in [s for s in state.registry.by_id.values()
                         if s.broker is None and s.binding is not None

@@ -270,6 +270,19 @@ class StickyRow:
     delivered_to: list[str] = field(default_factory=list)
 
 
+def refusal_codes(not_written) -> dict[int, str]:
+    """What :meth:`Store.apply` returned, as the error code for each refused record by
+    ``id`` (a :class:`ClaimStale` stands for its claim); entries kept already
+    (:class:`StickyKept`) are not refusals and are left out."""
+    codes: dict[int, str] = {}
+    for outcome in not_written:
+        if type(outcome) is ClaimStale:
+            codes[id(outcome.claim)] = "stale_hello"
+        elif type(outcome) is not StickyKept:
+            codes[id(outcome)] = refusal_code(outcome)
+    return codes
+
+
 @dataclass(frozen=True, slots=True)
 class StickyKept:
     """A :class:`StickySaved` the store did not write, because the same request (its
@@ -279,6 +292,16 @@ class StickyKept:
 
     saved: StickySaved
     kept: StickyRow
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimStale:
+    """A :class:`SessionClaimed` the store refused because the id was taken with a newer
+    ``attempt`` of the same ``instance``: the hello was a late copy (``stale_hello``),
+    not a second process (which gets a fresh id). :meth:`Store.apply` returns it in
+    place of the claim."""
+
+    claim: SessionClaimed
 
 
 @dataclass(slots=True)
