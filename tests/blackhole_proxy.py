@@ -55,6 +55,8 @@ class BlackholeProxy:
             self._thread.join(5)
 
     def _change(self, flowing: bool, timeout: float) -> None:
+        if not self._thread.is_alive():
+            raise RuntimeError("the proxy's thread has ended")
         self._applied.clear()
         self._wanted = flowing
         self._wake_w.send(b"x")
@@ -68,9 +70,10 @@ class BlackholeProxy:
                     try:
                         self._event(key)
                     except (OSError, ValueError, KeyError):
-                        if key.data != "pump":
-                            raise           # the proxy itself failed: the thread ends
-                        self._forget(key.fileobj)   # that connection is gone; others go on
+                        if key.data == "pump":
+                            self._forget(key.fileobj)   # that connection is gone
+                        elif key.data != "accept":      # (a client that gave up first)
+                            raise       # the proxy itself failed: the thread ends
         finally:
             for sock in [*self._peers, *self._held, self._listener, self._wake_r, self._wake_w]:
                 sock.close()
