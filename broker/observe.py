@@ -3,7 +3,7 @@
 Once a second (:meth:`Observer.refresh`) the shell measures what only it can (the
 database file's size, commit latency, writes waiting for the persistence worker, its
 pid and frame counts) and hands it to the engine as a
-:class:`~broker.core.kernel.figures.ShellFigures`, so a ``stats`` answer holds the
+:class:`~broker.core.kernel.inputs.ShellFigures`, so a ``stats`` answer holds the
 store's side too; with ``--metrics-port`` it also hands the metrics endpoint a fresh
 snapshot (see :mod:`broker.metrics`). After each round it logs what the core noted
 (:meth:`Observer.log_notes`): sessions opening and leaving, refusals, brokers gone or
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker.core.kernel.figures import ShellFigures
+from broker.core.kernel.inputs import ShellFigures
 
 from .startup import StartupError
 

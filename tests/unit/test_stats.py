@@ -3,7 +3,7 @@ fake clock: who may ask, and what each figure counts."""
 
 from __future__ import annotations
 
-from broker.core.kernel.figures import ShellFigures
+from broker.core.kernel.inputs import ShellFigures
 from schemas.protocol import envelope
 
 from .harness import Bus

@@ -60,7 +60,6 @@ from broker.core.cluster.peers import Peer, link_row, mirror_of
 from broker.core.kernel.commands import LinkClose, LinkOpen, LinkSend, ReadBrokers, Send
 from broker.core.kernel.records import LeaseRenewed
 from broker.core.sessions.connect import disconnect
-from broker.core.kernel.dispatch import handle
 from broker.core.sessions.grants import link_proof
 from broker.core.agents.invocation_table import Job
 from broker.core.kernel.state import State
@@ -271,7 +270,7 @@ def _runs(state: State, peer: Peer, env: dict, now: float) -> None:
 def _told(state: State, peer: Peer, owned: list, dropped: list, subagents: dict | None,
           now: float) -> None:
     for identity, request in ownership.told(state, peer, owned, dropped, subagents):
-        handle(state, identity, request, now)      # waited for the run: it has an owner
+        state.hooks.handle(state, identity, request, now)   # waited for the run: it has an owner
 
 
 def _presence(state: State, peer: Peer, env: dict, now: float) -> None:
@@ -295,7 +294,7 @@ def _forward(state: State, peer: Peer, env: dict, now: float) -> None:
             env["env"].get("k") not in _FORWARDED:
         state.stats["link.forward_unknown_sender"] += 1
         return
-    handle(state, session.identity, env["env"], now)
+    state.hooks.handle(state, session.identity, env["env"], now)
 
 
 def _relay(state: State, peer: Peer, env: dict, now: float) -> None:
@@ -433,7 +432,7 @@ def _part(state: State, peer: Peer, reason: str, now: float) -> None:
         if mirror is not None:
             disconnect(state, mirror, "broker gone", now)
     for identity, request in forwarding.broker_gone(state, peer):
-        handle(state, identity, request, now)     # it waits for the run's adoption
+        state.hooks.handle(state, identity, request, now)   # it waits for the run's adoption
     remote_listing.broker_gone(state, peer)
     if peer.identity is not None:
         cluster.by_link.pop(peer.identity, None)

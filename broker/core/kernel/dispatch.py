@@ -143,11 +143,6 @@ LIFECYCLE: dict[type, tuple] = {
     RunClosed: (changes.run_closed,),
 }
 
-# What the rooms ask the cluster (broker.core.kernel.hooks).
-HOOKS = Hooks(claim=claims.claim, check_run_here=ownership.check_here,
-              wait_for_owners=remote_listing.wait_for_owners, run_broker=ownership.run_broker,
-              orphaned=ownership.orphaned, holder_of=ownership.holder_of)
-
 # Kinds declared as requests (schemas.kinds): refused without a usable id.
 _REQUESTS = frozenset(k.name for k in kinds.CLIENT_KINDS if k.request)
 
@@ -209,3 +204,10 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
         state.answer(identity, re, BusError("internal_error"))
     finally:
         state.resolved = None       # placement's target was this request's only
+
+
+# What the rooms ask the cluster (broker.core.kernel.hooks).
+HOOKS = Hooks(claim=claims.claim, check_run_here=ownership.check_here,
+              wait_for_owners=remote_listing.wait_for_owners, run_broker=ownership.run_broker,
+              orphaned=ownership.orphaned, holder_of=ownership.holder_of,
+              handle=handle)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 from schemas.errors import BusError
@@ -31,24 +30,9 @@ from schemas.names import CONTROL, DONE, FAILED, RUNNING
 from broker.core.sessions import control
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
+from broker.core.kernel.inputs import ShellFigures
 
 REFUSED = "refused."
-
-
-@dataclass(frozen=True, slots=True)
-class ShellFigures:
-    """What only the IO shell can measure; None where it cannot (no file to size,
-    no commit yet)."""
-
-    pid: int = 0
-    started_at: float = 0.0              # wall clock
-    frames_in: int = 0
-    frames_out: int = 0
-    store_file_bytes: int | None = None  # the database file and its WAL
-    commit_p50_s: float | None = None    # over the latest commits
-    commit_p99_s: float | None = None
-    commits: int = 0                     # transactions committed since start
-    pending_records: int = 0             # handed to the worker, not yet written
 
 
 def stats(state: State, session: Session, env: dict, re: str, now: float) -> None:

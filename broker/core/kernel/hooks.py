@@ -43,3 +43,7 @@ class Hooks:
     # (state, sender, to) -> the broker holding sends for the subagent of its dormant
     # run that ``to`` names, or None (broker.core.cluster.ownership.holder_of).
     holder_of: Callable[..., str | None]
+    # (state, identity, env, now): handle a request from the top, as if it had just
+    # arrived (broker.core.kernel.dispatch.handle): the cluster hands back requests
+    # that waited for a run's owner or came over a link.
+    handle: Callable[..., None]

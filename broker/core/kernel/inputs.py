@@ -14,7 +14,6 @@ from typing import NamedTuple
 
 from schemas.errors import BusError
 
-from broker.core.kernel.figures import ShellFigures
 from broker.core.kernel.records import InvocationSaved, LeaseRenewed, Snapshot, StickyRow
 
 
@@ -133,7 +132,24 @@ class LinkRefused:
     wall: float | None = None
 
 
-# ShellFigures (broker.core.kernel.figures): the store's and process's figures, once a
+@dataclass(frozen=True, slots=True)
+class ShellFigures:
+    """What only the IO shell can measure; None where it cannot (no file to size,
+    no commit yet)."""
+
+    pid: int = 0
+    started_at: float = 0.0              # wall clock
+    frames_in: int = 0
+    frames_out: int = 0
+    store_file_bytes: int | None = None  # the database file and its WAL
+    commit_p50_s: float | None = None    # over the latest commits
+    commit_p99_s: float | None = None
+    commits: int = 0                     # transactions committed since start
+    pending_records: int = 0             # handed to the worker, not yet written
+
+
+
+# ShellFigures (above): the store's and process's figures, once a
 # second, for stats.
 
 
