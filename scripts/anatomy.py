@@ -84,7 +84,7 @@ def instrument() -> None:
     """Wrap the encoders, decoders and the engine entry before anything binds them."""
     import broker.server as server
     import client.protocol as protocol
-    from broker.core.kernel import engine as engine_mod
+    from broker.core.assembly import engine as engine_mod
 
     server.unpack_frame = _counting_unpack("broker", wire.unpack_frame)
     protocol.unpack_frame = _counting_unpack("client", wire.unpack_frame)

@@ -100,7 +100,7 @@ def test_random_envelopes_never_raise_and_leave_registry_consistent(envs):
 
 
 def test_every_client_kind_has_a_handler_and_nothing_else_does():
-    from broker.core.kernel.dispatch import KINDS
+    from broker.core.assembly.dispatch import KINDS
     from schemas.kinds import CLIENT_KIND_NAMES
 
     assert {"hello", *KINDS} == CLIENT_KIND_NAMES

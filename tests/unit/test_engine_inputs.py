@@ -5,7 +5,8 @@ from __future__ import annotations
 import typing
 
 from broker.core import Engine, Limits, Send
-from broker.core.kernel import engine as engine_module, inputs
+from broker.core.assembly import engine as engine_module
+from broker.core.kernel import inputs
 from schemas.errors import BusError
 from schemas.protocol import envelope
 

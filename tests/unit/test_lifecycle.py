@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from broker.core.kernel import dispatch, lifecycle
+from broker.core.assembly import dispatch
+from broker.core.kernel import lifecycle
 from schemas.protocol import envelope
 from tests.unit.harness import Bus
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core.kernel.dispatch import ACTIONS, KINDS as HANDLED, WORKFLOW_OPS
+from broker.core.assembly.dispatch import ACTIONS, KINDS as HANDLED, WORKFLOW_OPS
 from schemas import envelopes, kinds
 from schemas.errors import BusError
 from schemas.names import WORKFLOW_OPS as WORKFLOW_OP_NAMES

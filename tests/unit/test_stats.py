@@ -1,4 +1,4 @@
-"""The ``stats`` request (broker.core.kernel.figures), driven through the engine with a
+"""The ``stats`` request (broker.core.assembly.figures), driven through the engine with a
 fake clock: who may ask, and what each figure counts."""
 
 from __future__ import annotations

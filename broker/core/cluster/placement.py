@@ -1,6 +1,6 @@
 """Where a request belongs: here, on another broker, or parked until a run is adopted.
 
-:func:`place` is asked once by :func:`broker.core.kernel.dispatch.handle` after an
+:func:`place` is asked once by :func:`broker.core.assembly.dispatch.handle` after an
 envelope passed its checks and before any handler runs, so no handler forwards or
 parks anything and a request is never half-handled before it moves:
 

@@ -88,7 +88,7 @@ class Answer:
 class ReadJobs:
     """Read the store's queued invoke jobs for the conversation (``agent``, ``channel``)
     after every write asked for before it; the shell hands them to
-    :meth:`~broker.core.kernel.engine.Engine.jobs_read`. Not a write."""
+    :meth:`~broker.core.assembly.engine.Engine.jobs_read`. Not a write."""
 
     agent: str
     channel: str

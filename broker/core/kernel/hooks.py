@@ -7,7 +7,7 @@ a stage, a stage's subagent or a host operation is refused when another live bro
 owns the run; a ``list`` may wait for the rows of runs other brokers own; the
 target resolver (:mod:`broker.core.messaging.resolver`), when placement asks it,
 weighs targets on other brokers. The rooms
-call ``state.hooks.<name>``; :data:`broker.core.kernel.dispatch.HOOKS` names the
+call ``state.hooks.<name>``; :data:`broker.core.assembly.dispatch.HOOKS` names the
 functions, installed where the engine is assembled, so no room outside
 :mod:`broker.core.cluster` imports it.
 
@@ -44,6 +44,6 @@ class Hooks:
     # run that ``to`` names, or None (broker.core.cluster.ownership.holder_of).
     holder_of: Callable[..., str | None]
     # (state, identity, env, now): handle a request from the top, as if it had just
-    # arrived (broker.core.kernel.dispatch.handle): the cluster hands back requests
+    # arrived (broker.core.assembly.dispatch.handle): the cluster hands back requests
     # that waited for a run's owner or came over a link.
     handle: Callable[..., None]

@@ -1,6 +1,6 @@
 """What the IO shell tells the engine: one frozen type per kind of input.
 
-The shell hands each to :meth:`broker.core.kernel.engine.Engine.handle`, the engine's
+The shell hands each to :meth:`broker.core.assembly.engine.Engine.handle`, the engine's
 one entry point (as h11's ``Connection`` takes events), and gets the commands to carry
 out. Every input carries ``now`` (the monotonic clock) and ``wall`` (seconds since the
 epoch, what people read; None: take ``now``), so the fake clock of the tests reaches

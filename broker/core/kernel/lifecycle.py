@@ -2,7 +2,7 @@
 
 A room that changes something others depend on emits one named event
 (:func:`emit`); each room handles it in its own module, and who hears which event is
-one table, :data:`broker.core.kernel.dispatch.LIFECYCLE`, installed in
+one table, :data:`broker.core.assembly.dispatch.LIFECYCLE`, installed in
 ``State.listeners`` where the engine is assembled. So a session leaving is one
 ``SessionLeft``, not one function reaching into presence, asks, stages, closed stages,
 conversations and the cluster in turn. Listeners run in the table's order. Where a

@@ -25,29 +25,17 @@ from schemas.errors import BusError
 from schemas import limits
 from schemas.limits import ASK_TIMEOUT_S, LIVENESS_S, MAX_PENDING_ASKS
 
-from broker.core.agents.registry import Conversations
-from broker.core.messaging.ask_table import AskTable
 from broker.core.kernel.bounded import RecentMap
-from broker.core.cluster.peers import Cluster
 from broker.core.kernel.commands import Answer, Command, Persist
 from broker.core.kernel.hooks import Hooks
-from broker.core.messaging.dedup import MessageIds
-from broker.core.sessions.departures import Departures
-from broker.core.sessions.grants import UsedGrants
-from broker.core.sessions.identity_table import IdentityTable
-from broker.core.agents.invocation_table import InvocationTable
 from broker.core.kernel.records import (Record, StickyAnswered, StickyDelivery, StickyDropped,
                                         StickyRow, StickySaved)
-from broker.core.workflow.run_tree import Run
-from broker.core.sessions.session_rate import SessionRate
-from broker.core.sessions.registry import Registry, Session
-from broker.core.workflow.sticky_queue import StickyQueues
 
 # Writes for a run that this broker fences with the run's epoch as it holds it (see
 # broker.core.cluster.ownership); RunSaved and RunEnded carry theirs from the run.
 _FENCED_WRITES = frozenset({StickySaved, StickyAnswered, StickyDelivery, StickyDropped})
 RECENT_PER_SESSION = 512      # ordinary messages a session can still reply to: 256 to 512
-REFUSALS_KEPT = 32            # the latest refusals, for stats (broker.core.kernel.figures)
+REFUSALS_KEPT = 32            # the latest refusals, for stats (broker.core.assembly.figures)
 NOTES_KEPT = 10_000           # notes not yet taken by the shell; past it they are counted, not kept
 
 
@@ -89,37 +77,19 @@ OnKept = Callable[[float, StickyRow], None]    # the same request is an entry ke
 
 @dataclass(eq=False)
 class State:
+    """The kernel's part of a broker's state: who it is, the current input's commands,
+    counters, notes, tickets and the verbs. Each room's tables are fields of the
+    aggregate (broker.core.assembly.state.BrokerState), which the engine builds; the
+    verbs below read the few of them they need (``registry``, ``runs``, ``ids``) by
+    name, so the kernel imports no room."""
+
     broker_id: str
     limits: Limits
     new_id: Callable[[], str]
     new_token: Callable[[], str]
-    registry: Registry = field(default_factory=Registry)
-    # Who last held each id, newest last (bounded: see broker.core.sessions.identity_table).
-    identities: IdentityTable = field(default_factory=IdentityTable)
-    session_rate: SessionRate = field(default_factory=SessionRate)   # new sessions per peer
-    asks: AskTable = field(default_factory=AskTable)
-    ids: MessageIds = field(default_factory=MessageIds)
-    # Ordinary messages each session received lately: msg id -> sender id.
-    recent: dict[str, RecentMap[str, str]] = field(default_factory=dict)
-    # Threads (ask or message ids) each session has replied to lately.
-    answered: dict[str, RecentMap[str, bool]] = field(default_factory=dict)
-    runs: dict[str, Run] = field(default_factory=dict)
-    sticky: StickyQueues = field(default_factory=StickyQueues)
-    # Runs by host: those each session hosts now, and those it hosted last (so a
-    # returning host finds its runs without a scan of every run).
-    hosted: dict[str, set[str]] = field(default_factory=dict)
-    hosted_before: dict[str, set[str]] = field(default_factory=dict)
-    leased: set[str] = field(default_factory=set)    # runs whose host left, lease running
-    # Stages of ended runs, by host id, then by each spelling (broker.core.workflow.closed_stages).
-    closed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Agents' conversations (with their settings) and invoke jobs (respond/invoke).
-    conversations: Conversations = field(default_factory=Conversations)
-    invocations: InvocationTable = field(default_factory=InvocationTable)
-    cluster: Cluster = field(default_factory=Cluster)   # the other brokers on the database
     # The target placement resolved for the request being handled: (caller, to, verb,
     # target or refusal), cleared by dispatch.handle when that request is done.
     resolved: tuple | None = None
-    departures: Departures = field(default_factory=Departures)   # peers still to be told
     stats: Counter[str] = field(default_factory=Counter)
     out: list[Command] = field(default_factory=list)
     # lifecycle event type -> its listeners, in order (broker.core.kernel.lifecycle)
@@ -130,12 +100,11 @@ class State:
     # gone, adoptions): (event, fields), drained by the shell after each input.
     notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     refusals: deque = field(default_factory=lambda: deque(maxlen=REFUSALS_KEPT))
-    shell: Any = None                 # the shell's own figures (kernel.figures.ShellFigures)
+    shell: Any = None                 # the shell's own figures (kernel.inputs.ShellFigures)
     tickets: dict[int, Ticket] = field(default_factory=dict)
     next_ticket: int = 0
     wall: float = 0.0
     grant_key: bytes = b""            # see broker.core.sessions.grants; set from the store at start
-    used_grants: UsedGrants = field(default_factory=UsedGrants)   # child grants spent lately
     warnings: list[str] = field(default_factory=list)   # the operator's, shown in status
     pub_endpoint: str | None = None   # told in the welcome, so tail follows this broker
     peer: str = ""                    # who sent the current input (the shell says; see Session.peer)
@@ -143,11 +112,11 @@ class State:
 
     # -- verbs ---------------------------------------------------------------------
 
-    def answer(self, to: Session | bytes, re: str | None,
+    def answer(self, to: Any, re: str | None,
                value: dict[str, Any] | BusError | None = None, *, quiet: bool = False,
                ackable: bool = False) -> None:
         """Answer request ``re`` of ``to`` with ``value`` (fields, or a refusal)."""
-        identity = to.identity if isinstance(to, Session) else to
+        identity = to if to.__class__ is bytes else to.identity
         if isinstance(value, BusError):
             self.refused(to, re, value.code)
         self.out.append(Answer(identity, [re], {} if value is None else value, quiet, ackable))
@@ -159,18 +128,18 @@ class State:
         else:
             self.stats["notes.dropped"] += 1
 
-    def refused(self, to: Session | bytes, re: str | None, code: str) -> None:
+    def refused(self, to: Any, re: str | None, code: str) -> None:
         """Count one refused request, keep it among the latest, and note it for one
         log line (its caller named by session id and name, or by connection when it
         has no session). The answer itself is the caller's to send."""
         self.stats[f"refused.{code}"] += 1
-        session = to if isinstance(to, Session) else self.registry.by_identity.get(to)
+        session = self.registry.by_identity.get(to) if to.__class__ is bytes else to
         caller = {"session": session.id, "name": session.name} if session is not None \
             else {"connection": to.hex()}
         self.refusals.append((self.wall, code, caller, re))
         self.note("request_refused", code=code, re=re, **caller)
 
-    def settle(self, to: Session | None, re: str, value: dict[str, Any] | BusError) -> None:
+    def settle(self, to: Any, re: str, value: dict[str, Any] | BusError) -> None:
         """The deferred answer of request ``re`` (an ask's reply or refusal, a queued
         send's commit): remembered for retries, and sent if its caller is still here."""
         self.ids.answer(re, value)
@@ -198,15 +167,15 @@ class State:
         self.tickets[self.next_ticket] = Ticket(on_durable, on_failed, on_kept)
         self.out.append(Persist(record, self.next_ticket))
 
-    def recent_for(self, session: Session) -> RecentMap[str, str]:
+    def recent_for(self, session: Any) -> RecentMap[str, str]:
         """The ordinary messages ``session`` received lately (msg id -> sender id)."""
         return _table(self.recent, session)
 
-    def answered_by(self, session: Session) -> RecentMap[str, bool]:
+    def answered_by(self, session: Any) -> RecentMap[str, bool]:
         return _table(self.answered, session)
 
 
-def _table(tables: dict[str, RecentMap], session: Session) -> RecentMap:
+def _table(tables: dict[str, RecentMap], session: Any) -> RecentMap:
     table = tables.get(session.id)
     if table is None:
         table = tables[session.id] = RecentMap(RECENT_PER_SESSION)

@@ -11,7 +11,7 @@ docstring, and nowhere else.
 Once per request: when another broker is live, placement resolves a request's
 target first (``placing=True``, which also weighs targets on other brokers) and
 keeps the result, refusal included, in ``State.resolved`` for as long as
-:func:`broker.core.kernel.dispatch.handle` handles that request; the handler's own
+:func:`broker.core.assembly.dispatch.handle` handles that request; the handler's own
 call gets it back instead of resolving again. A handler never sees a target on
 another broker: such a request was forwarded or parked before it ran.
 """

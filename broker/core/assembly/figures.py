@@ -3,9 +3,9 @@
 The core knows its own state. The IO side (the store file's size, commit latency,
 records waiting for the persistence worker, the process's pid and start time) is the
 shell's: it hands those in as a :class:`ShellFigures` once a second
-(:meth:`~broker.core.kernel.engine.Engine.shell_figures`), and a ``stats`` answer
+(:meth:`~broker.core.assembly.engine.Engine.shell_figures`), and a ``stats`` answer
 carries the latest. The metrics endpoint exports the same figures
-(:meth:`~broker.core.kernel.engine.Engine.figures`), so the two never disagree on what
+(:meth:`~broker.core.assembly.engine.Engine.figures`), so the two never disagree on what
 a number means.
 
 Invariants:

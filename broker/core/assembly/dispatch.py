@@ -35,7 +35,7 @@ from broker.core.agents.respond_action import ack_output, respond
 from broker.core.kernel.hooks import Hooks
 from broker.core.kernel.lifecycle import (RunChanged, RunClosed, SessionChanged, SessionLeft,
                                           SessionOpened)
-from broker.core.kernel.figures import stats
+from broker.core.assembly.figures import stats
 from broker.core.kernel.params import tool_params
 from broker.core.kernel.state import State
 

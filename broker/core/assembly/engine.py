@@ -11,7 +11,7 @@ returns the commands to execute, in order (:class:`~broker.core.kernel.commands.
 check); ``wall`` is the wall clock, used only for times people read (``sentAt``,
 ``connectedAt``, persisted records).
 
-Who handles what is the table in :mod:`broker.core.kernel.dispatch`; the state is
+Who handles what is the table in :mod:`broker.core.assembly.dispatch`; the state is
 :class:`~broker.core.kernel.state.State`; the envelopes leave through the final pass of
 :mod:`broker.core.kernel.outbox`.
 
@@ -45,14 +45,15 @@ from broker.core.kernel.commands import Answer, Command, RenewLease
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
 from broker.core.cluster.lease_clock import LeaseClock
 from broker.core.kernel import inputs
-from broker.core.kernel.dispatch import HOOKS, LIFECYCLE, handle
-from broker.core.kernel.figures import ShellFigures, figures
+from broker.core.assembly.dispatch import HOOKS, LIFECYCLE, handle
+from broker.core.assembly.figures import ShellFigures, figures
 from broker.core.kernel.outbox import render
 from broker.core.kernel.records import (InvocationSaved, InvocationState, LeaseRenewed, Snapshot,
                                         StickyRow)
 from broker.core.sessions.registry import Registry
 from broker.core.sessions.identity_table import IdentityRecord
 from broker.core.kernel.secret_ids import new_session_id, new_token
+from broker.core.assembly.state import BrokerState
 from broker.core.kernel.state import Limits, State, Ticket
 from broker.core.workflow.sticky_queue import SEQ_TAG_BITS
 
@@ -72,7 +73,7 @@ class Engine:
                  new_token: Callable[[], str] = new_token,
                  warnings: list[str] | None = None, pub_endpoint: str | None = None,
                  endpoint: str = "", lease_s: float = LEASE_S, curve_public: str = "") -> None:
-        self.state = State(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
+        self.state = BrokerState(broker_id, limits, new_id, new_token, grant_key=secrets.token_bytes(32),
                            warnings=list(warnings or ()), pub_endpoint=pub_endpoint)
         self.state.listeners = LIFECYCLE
         self.state.hooks = HOOKS
@@ -123,7 +124,7 @@ class Engine:
 
     def shell_figures(self, shell: ShellFigures) -> None:
         """The shell's own figures (store, process), as of now: ``stats`` answers with
-        the latest (see broker.core.kernel.figures)."""
+        the latest (see broker.core.assembly.figures)."""
         self.state.shell = shell
 
     def set_agents(self, settings: Mapping[str, AgentSettings]) -> None:
