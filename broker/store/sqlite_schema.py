@@ -77,7 +77,7 @@ CREATE TABLE IF NOT EXISTS brokers (
 );
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
-    record BLOB NOT NULL,              -- msgpack of the run tree (broker.core.workflow.run_tree)
+    record BLOB NOT NULL,              -- msgpack of the run tree (broker.core.runs.run_tree)
     owner TEXT NOT NULL DEFAULT '',    -- the broker that owns it; '' for none yet
     epoch INTEGER NOT NULL DEFAULT 0   -- bumped by every change of owner (records.RunSaved)
 );

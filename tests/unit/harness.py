@@ -148,7 +148,7 @@ class Bus:
         """The grant a legitimate launcher would have handed this session."""
         if fields.get("stage"):
             from broker.core.workflow.path_delivery import node_at
-            from broker.core.workflow.paths import parse_path
+            from broker.core.runs.paths import parse_path
             if fields["stage"] in self.grants:
                 return self.grants[fields["stage"]]
             path = parse_path(fields["stage"])

@@ -1,4 +1,4 @@
-"""Workflow path syntax and glob matching (broker.core.workflow.paths)."""
+"""Workflow path syntax and glob matching (broker.core.runs.paths)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core.workflow import paths
-from broker.core.workflow.paths import (
+from broker.core.runs import paths
+from broker.core.runs.paths import (
     MAX_SEGMENT_CHARS,
     MAX_SEGMENTS,
     PREFIX,

@@ -12,7 +12,7 @@ def test_two_brokers_number_entries_apart_and_a_restore_continues_above_all_of_t
     assert numbers_a == sorted(numbers_a)              # FIFO order within one broker
 
     from broker.core.workflow.sticky_queue import Entry
-    from broker.core.workflow.paths import parse_path
+    from broker.core.runs.paths import parse_path
     restored = Engine(broker_id="broker-c").state.sticky
     for seq in (numbers_a[-1], numbers_b[-1], 7):        # 7: a number from before tags
         restored.add(Entry(seq, "r1", parse_path("workflow:r1/x"), "s", "n", f"m{seq}", "t",

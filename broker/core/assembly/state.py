@@ -24,7 +24,7 @@ from broker.core.sessions.grants import UsedGrants
 from broker.core.sessions.identity_table import IdentityTable
 from broker.core.sessions.registry import Registry
 from broker.core.sessions.session_rate import SessionRate
-from broker.core.workflow.run_tree import Run
+from broker.core.runs.run_tree import Run
 from broker.core.workflow.sticky_queue import StickyQueues
 
 

@@ -49,7 +49,7 @@ wait like sends (:mod:`broker.core.cluster.placement` parks both).
 
 Invariants: a run id is in at most one of ``state.runs``, ``Cluster.run_owners`` and
 the orphans; every run this broker persists carries its id as the owner
-(:meth:`broker.core.workflow.run_tree.Run.saved`); an adoption
+(:meth:`broker.core.runs.run_tree.Run.saved`); an adoption
 that fails (the store unavailable) is asked again until it succeeds.
 """
 
@@ -64,9 +64,9 @@ from broker.core.cluster.peers import Peer
 from broker.core.sessions.connect import disconnect
 from broker.core.workflow.hosting import forget
 from broker.core.kernel.commands import AdoptRuns
-from broker.core.workflow.paths import parse_path, path_run  # noqa: F401  (path_run: callers name it here)
+from broker.core.runs.paths import parse_path, path_run  # noqa: F401  (path_run: callers name it here)
 from broker.core.kernel.records import Snapshot, StickyDelivery
-from broker.core.workflow.run_tree import Run, Subagent
+from broker.core.runs.run_tree import Run, Subagent
 from broker.core.kernel.state import State
 from broker.core.workflow.sticky_queue import entry_from_row
 

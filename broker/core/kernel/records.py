@@ -99,7 +99,7 @@ class SessionReleased:
 
 @dataclass(frozen=True, slots=True)
 class RunSaved:
-    """The whole tree of a workflow run (see :meth:`broker.core.workflow.run_tree.Run.record`), and
+    """The whole tree of a workflow run (see :meth:`broker.core.runs.run_tree.Run.record`), and
     the broker that owns it (the one that wrote it; see :mod:`broker.core.cluster.ownership`).
     It is *refused* (nothing written, the store returns it) when the stored run has
     another owner: that broker adopted it, or registered it before this one knew."""

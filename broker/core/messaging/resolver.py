@@ -4,7 +4,7 @@ Every verb that takes a ``to`` (``send`` alone, pipelined ``sends``, a send to a
 ``workflow:`` path, ``ask``) and the placement step that runs before any handler
 (:mod:`broker.core.cluster.placement`) ask :func:`resolve`; the matching below it
 (names and ids: :mod:`broker.core.messaging.targeting`; paths:
-:mod:`broker.core.workflow.paths`; closed stages, held subagents) are helpers that
+:mod:`broker.core.runs.paths`; closed stages, held subagents) are helpers that
 answer one question each and decide no order. The order is :func:`resolve`'s
 docstring, and nowhere else.
 
@@ -31,8 +31,8 @@ from broker.core.messaging.targeting import resolve_session
 from broker.core.workflow import closed_stages as closed, held_sends as held
 from broker.core.workflow.closed_stages import ClosedStage
 from broker.core.workflow.path_delivery import stage_for_ask
-from broker.core.workflow.paths import PREFIX as PATH_PREFIX, WorkflowPath, looks_like_path, parse_path
-from broker.core.workflow.run_tree import Run, Subagent
+from broker.core.runs.paths import PREFIX as PATH_PREFIX, WorkflowPath, looks_like_path, parse_path
+from broker.core.runs.run_tree import Run, Subagent
 
 
 @dataclass(frozen=True, slots=True)

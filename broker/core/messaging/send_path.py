@@ -43,7 +43,7 @@ from broker.core.messaging.delivery import deliver, deliver_texts
 from broker.core.kernel.params import tool_params
 from broker.core.messaging.resolver import ClosedStageHost, HeldSubagent, Target, resolve
 from broker.core.workflow.path_delivery import send as send_to_path, send_late
-from broker.core.workflow.paths import looks_like_path
+from broker.core.runs.paths import looks_like_path
 from broker.core.messaging.replies import body, reply
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State

@@ -26,8 +26,8 @@ from typing import Iterable
 from schemas.errors import BusError
 from schemas.names import run_group, run_of_group
 
-from broker.core.workflow.paths import WorkflowPath, parse_path, path_run
-from broker.core.workflow.run_tree import Run
+from broker.core.runs.paths import WorkflowPath, parse_path, path_run
+from broker.core.runs.run_tree import Run
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 

@@ -48,7 +48,7 @@ from broker.core.sessions.identities import remember
 from broker.core.sessions.identity_table import IdentityRecord
 from broker.core.kernel.records import IdentitySaved, SessionReleased
 from broker.core.sessions.registry import Session, instance_tag
-from broker.core.workflow.paths import path_run
+from broker.core.runs.paths import path_run
 from broker.core.workflow.stage_binding import bind, host_returned, stage_home
 from broker.core.kernel.lifecycle import SessionLeft, SessionOpened, emit
 from broker.core.kernel.state import State

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from schemas.errors import BusError
 from schemas.limits import CHILD_GRANT_S, USED_GRANTS_KEPT
 
-from broker.core.workflow.run_tree import Node, Run
+from broker.core.runs.run_tree import Node, Run
 
 _STAGE, _CHILD, _RUN, _BOUND = "s1", "c2", "r1", "b1"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from schemas.errors import BusError
 
-from broker.core.workflow.run_tree import Run
+from broker.core.runs.run_tree import Run
 from broker.core.sessions.registry import Session
 from broker.core.kernel.lifecycle import SessionLeft
 from broker.core.kernel.state import State

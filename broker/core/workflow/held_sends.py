@@ -24,7 +24,7 @@ from schemas.errors import BusError
 from schemas.limits import QUEUED_PER_TARGET
 
 from broker.core.messaging.delivery import deliver
-from broker.core.workflow.run_tree import Run, Subagent
+from broker.core.runs.run_tree import Run, Subagent
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 

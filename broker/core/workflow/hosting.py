@@ -18,12 +18,12 @@ from schemas.names import PENDING, RUNNING, STAGE_STATES, TERMINAL_STATES, run_g
 
 from broker.core.sessions.membership import change_groups, room_for
 from broker.core.workflow.path_delivery import node_at, notify_undeliverable, settle_exact
-from broker.core.workflow.paths import looks_like_path, parse_path
+from broker.core.runs.paths import looks_like_path, parse_path
 from broker.core.messaging.ask_actions import settle_error
 from broker.core.workflow.closed_stages import close_run, forget_run
 from broker.core.sessions.grants import check_run, run_grant, stage_grant
 from broker.core.kernel.records import RunEnded
-from broker.core.workflow.run_tree import Node, Run, build_nodes
+from broker.core.runs.run_tree import Node, Run, build_nodes
 from broker.core.sessions.registry import Session
 from broker.core.workflow.stage_binding import save, set_host
 from broker.core.kernel.lifecycle import RunChanged, RunClosed, SessionChanged, emit

@@ -31,9 +31,9 @@ from broker.core.sessions import backlog
 from broker.core.workflow.closed_stages import ClosedStage
 from broker.core.kernel.commands import Send
 from broker.core.messaging.delivery import deliver
-from broker.core.workflow.paths import WorkflowPath, matches, parse_path
+from broker.core.runs.paths import WorkflowPath, matches, parse_path
 from broker.core.kernel.records import StickyAnswered, StickyDelivery, StickyRow
-from broker.core.workflow.run_tree import Node, Run
+from broker.core.runs.run_tree import Node, Run
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 from broker.core.workflow.sticky_queue import Entry, entry_from_row, entry_size, undeliverable_fields

@@ -21,7 +21,7 @@ from schemas.names import PENDING, RUNNING
 from broker.core.workflow import closed_stages as closed
 from broker.core.sessions.authority import controlled_runs
 from broker.core.workflow.path_delivery import deliverable, queue_key
-from broker.core.workflow.run_tree import Run
+from broker.core.runs.run_tree import Run
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 from broker.core.workflow.sticky_queue import delivery_state

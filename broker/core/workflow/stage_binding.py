@@ -21,9 +21,9 @@ from schemas.names import ACKED, AUTO_GROUPS, DEFAULT_GROUP, PENDING, RUNNING
 from broker.core.workflow import held_sends as held
 from broker.core.sessions.grants import check_stage
 from broker.core.workflow.path_delivery import deliverable, hand_over, node_at
-from broker.core.workflow.paths import WorkflowPath, parse_path
+from broker.core.runs.paths import WorkflowPath, parse_path
 from broker.core.kernel.records import StickyDelivery
-from broker.core.workflow.run_tree import Node, Run, build_nodes
+from broker.core.runs.run_tree import Node, Run, build_nodes
 from broker.core.sessions.registry import Session, StageBinding
 from broker.core.kernel.lifecycle import RunChanged, SessionChanged, SessionLeft, emit
 from broker.core.kernel.state import State

@@ -38,9 +38,9 @@ from schemas.limits import QUEUED_PER_TARGET
 from schemas.names import ACKED, SENT, UNDELIVERABLE
 
 from broker.core.messaging.dedup import fingerprint
-from broker.core.workflow.paths import WorkflowPath, matches
+from broker.core.runs.paths import WorkflowPath, matches
 from broker.core.kernel.records import StickyDelivery, StickyRow, StickySaved
-from broker.core.workflow.run_tree import Node, Run
+from broker.core.runs.run_tree import Node, Run
 
 SETTLED = ""     # the transcript of a settlement: no session ever had the entry
 

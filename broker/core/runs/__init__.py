@@ -1,0 +1,2 @@
+"""The data of workflow runs, below every room that uses them: workflow paths (their
+grammar and matching) and run trees (runs, their stages, subagents and records)."""
