@@ -1,12 +1,12 @@
-"""What a ``to`` names (broker.core.messaging.resolver): one precedence for every verb,
+"""What a ``to`` names (broker.core.routing.resolver): one precedence for every verb,
 typed targets, and one resolution per request when another broker is live."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.core.messaging import resolver
-from broker.core.messaging.resolver import (ClosedStageHost, HeldSubagent, Mirror,
+from broker.core.routing import resolver
+from broker.core.routing.resolver import (ClosedStageHost, HeldSubagent, Mirror,
                                             OrphanRun, RemoteHeld, RemoteRun, RunPath, resolve)
 from schemas import envelopes
 from schemas.errors import BusError

@@ -29,7 +29,7 @@ from broker.core.agents import conversations, invoke_actions as invoking
 from broker.core.cluster import (changes, claims, ownership, placement, remote_conversations,
                                  remote_listing)
 from broker.core.workflow import hosting, stage_binding as stages
-from broker.core.messaging import handlers as messaging
+from broker.core.routing import handlers as messaging
 from broker.core.agents.recovery import recovery
 from broker.core.agents.respond_action import ack_output, respond
 from broker.core.kernel.hooks import Hooks

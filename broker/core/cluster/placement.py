@@ -13,7 +13,7 @@ parks anything and a request is never half-handled before it moves:
   handled again from the start.
 
 A send's or an ask's target is resolved here, once
-(:func:`broker.core.messaging.resolver.resolve`); when the request stays, its
+(:func:`broker.core.routing.resolver.resolve`); when the request stays, its
 handler gets that same result (or refusal) back instead of resolving again.
 
 What moves, by kind:
@@ -42,7 +42,7 @@ from schemas.names import STAGE
 from broker.core.cluster import ownership
 from broker.core.cluster.forwarding import hand
 from broker.core.kernel.state import State
-from broker.core.messaging.resolver import (ClosedStageHost, Mirror, OrphanRun, RemoteHeld,
+from broker.core.routing.resolver import (ClosedStageHost, Mirror, OrphanRun, RemoteHeld,
                                             RemoteRun, resolve)
 from broker.core.sessions.registry import Session
 

@@ -5,7 +5,7 @@ what happened; a hook is for the few places where a room needs the cluster's ans
 before it goes on: a hello's id must be claimed store-wide before the session opens;
 a stage, a stage's subagent or a host operation is refused when another live broker
 owns the run; a ``list`` may wait for the rows of runs other brokers own; the
-target resolver (:mod:`broker.core.messaging.resolver`), when placement asks it,
+target resolver (:mod:`broker.core.routing.resolver`), when placement asks it,
 weighs targets on other brokers. The rooms
 call ``state.hooks.<name>``; :data:`broker.core.assembly.dispatch.HOOKS` names the
 functions, installed where the engine is assembled, so no room outside

@@ -1,6 +1,6 @@
 """Matching a ``to`` string to one session the caller may reach, by name or id.
 
-This is step 1 of :func:`broker.core.messaging.resolver.resolve` (which decides what
+This is step 1 of :func:`broker.core.routing.resolver.resolve` (which decides what
 else a ``to`` may name, and in which order). Its own order (first form that finds
 anything wins):
 

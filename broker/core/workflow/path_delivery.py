@@ -42,7 +42,7 @@ from broker.core.workflow.sticky_queue import Entry, entry_from_row, entry_size,
 def send(state: State, session: Session, run: Run, path: WorkflowPath, re: str, message: str,
          attachments: list, now: float) -> dict[str, Any] | None:
     """Deliver or queue one message to ``path`` of ``run`` (resolved:
-    :func:`broker.core.messaging.resolver.resolve`); None while the entry is being
+    :func:`broker.core.routing.resolver.resolve`); None while the entry is being
     committed.
 
     Raises BusError(non_agent_target | self_target | target_backlogged |

@@ -12,7 +12,7 @@ order:
    yet while that answer is pending; the same id for another message is refused
    with ``message_id_conflict``;
 3. the text is checked like the tool's ``message`` (a refusal is remembered);
-4. the target is resolved once for the batch (:func:`broker.core.messaging.resolver.resolve`):
+4. the target is resolved once for the batch (:func:`broker.core.routing.resolver.resolve`):
    a live session (every admitted item is delivered to it, in order, as one
    :class:`~broker.core.kernel.commands.Deliver`), a closed stage's host, a workflow
    path (each item is delivered or queued by
@@ -41,7 +41,7 @@ from broker.core.kernel.commands import Answer
 from broker.core.messaging.dedup import fingerprints
 from broker.core.messaging.delivery import deliver, deliver_texts
 from broker.core.kernel.params import tool_params
-from broker.core.messaging.resolver import ClosedStageHost, HeldSubagent, Target, resolve
+from broker.core.routing.resolver import ClosedStageHost, HeldSubagent, Target, resolve
 from broker.core.workflow.path_delivery import send as send_to_path, send_late
 from broker.core.runs.paths import looks_like_path
 from broker.core.messaging.replies import body, reply

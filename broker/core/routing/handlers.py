@@ -1,7 +1,7 @@
 """Handlers of the messaging actions and kinds: send, sends, ask, reply, pending, supervisor.
 
 Thin by design: each reads its envelope and calls the one place that owns the rule
-(:mod:`broker.core.messaging.send_path` for every send, :mod:`broker.core.messaging.ask_actions` for asks,
+(:mod:`broker.core.routing.send_path` for every send, :mod:`broker.core.messaging.ask_actions` for asks,
 :mod:`broker.core.messaging.replies` for replies). A handler returns its answer, or None when
 the answer is deferred (an ask waiting for its reply, a send waiting for a commit).
 """
@@ -12,9 +12,9 @@ from typing import Any
 
 from schemas.errors import BusError
 
-from broker.core.messaging.send_path import admit_sends, once
+from broker.core.routing.send_path import admit_sends, once
 from broker.core.messaging.ask_actions import open_ask, pending_rows
-from broker.core.messaging.resolver import ClosedStageHost, resolve
+from broker.core.routing.resolver import ClosedStageHost, resolve
 from broker.core.sessions.authority import refuse_non_agent
 from broker.core.messaging.dedup import fingerprint
 from broker.core.kernel.params import tool_params, turn_of
