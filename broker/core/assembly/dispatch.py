@@ -22,19 +22,19 @@ from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
 from broker.core.sessions import acting, authority, connect, control, grants, membership, presence
-from broker.core.sessions.overview import overview
+from broker.core.workflow.overview import overview
 from broker.core.messaging import ask_actions
 from broker.core.workflow import closed_stages
 from broker.core.agents import conversations, invoke_actions as invoking
 from broker.core.cluster import (changes, claims, ownership, placement, remote_conversations,
                                  remote_listing)
-from broker.core.workflow import hosting, stage_binding as stages
+from broker.core.workflow import hosting, run_listing, stage_binding as stages
 from broker.core.routing import handlers as messaging
 from broker.core.agents.recovery import recovery
 from broker.core.agents.respond_action import ack_output, respond
 from broker.core.kernel.hooks import Hooks
-from broker.core.kernel.lifecycle import (RunChanged, RunClosed, SessionChanged, SessionLeft,
-                                          SessionOpened)
+from broker.core.kernel.lifecycle import (ControlLeft, RunChanged, RunClosed, SessionChanged,
+                                          SessionLeft, SessionOpened)
 from broker.core.assembly.figures import stats
 from broker.core.kernel.params import tool_params
 from broker.core.kernel.state import State
@@ -111,7 +111,7 @@ KINDS: dict[str, KindHandler] = {
 }
 
 ACTIONS: dict[str, ActionHandler] = {
-    "list": membership.list_sessions,
+    "list": run_listing.list_sessions,
     "groups": membership.list_groups,
     "join": membership.join,
     "leave": membership.leave,
@@ -138,6 +138,7 @@ LIFECYCLE: dict[type, tuple] = {
     SessionLeft: (presence.session_left, ask_actions.session_left, stages.session_left,
                   closed_stages.session_left, conversations.session_left,
                   remote_conversations.session_left, changes.session_left),
+    ControlLeft: (ask_actions.session_left, changes.session_left),
     SessionChanged: (changes.session_changed,),
     RunChanged: (changes.run_changed,),
     RunClosed: (changes.run_closed,),

@@ -36,6 +36,14 @@ class SessionLeft:
 
 
 @dataclass(frozen=True, slots=True)
+class ControlLeft:
+    """The control connection ``session`` is out of the registry (it was never listed:
+    only its asks end, and the cluster forgets what it forwarded for it)."""
+
+    session: Any
+
+
+@dataclass(frozen=True, slots=True)
 class SessionChanged:
     """Something other brokers list of ``session`` changed: its groups or status, the
     run it hosts, its conversation's activity or queued jobs."""
@@ -59,7 +67,7 @@ class RunClosed:
     run_id: str
 
 
-Event = SessionOpened | SessionLeft | SessionChanged | RunChanged | RunClosed
+Event = SessionOpened | SessionLeft | ControlLeft | SessionChanged | RunChanged | RunClosed
 Listener = Callable[["State", Any], None]
 
 

@@ -46,7 +46,7 @@ from schemas.limits import MAX_AGENT_CHARS
 from schemas.names import ACTING_ACTIONS, CONTROL, CONTROL_ACTIONS
 
 from broker.core.sessions import acting
-from broker.core.messaging import ask_actions as asking
+from broker.core.kernel.lifecycle import ControlLeft, emit
 from broker.core.sessions.authority import check_claimed
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
@@ -110,8 +110,7 @@ def open_control(state: State, identity: bytes, env: dict[str, Any], now: float,
 def close(state: State, session: Session) -> None:
     """A control connection's departure: it leaves without a trace; its asks end."""
     state.registry.remove(session)
-    asking.session_gone(state, session)
-    state.cluster.session_left(session)
+    emit(state, ControlLeft(session))
     state.stats["sessions.control_closed"] += 1
 
 

@@ -1,4 +1,5 @@
-"""The read and membership actions of the intercom tool: list, groups, join, leave, status.
+"""The membership actions of the intercom tool: groups, join, leave, status (``list``
+is broker.core.workflow.run_listing.list_sessions: its rows include runs).
 
 Membership changes are the only writes here; each one goes through
 :func:`change_groups`, so presence can never drift from the registry. ``group`` on
@@ -15,26 +16,8 @@ from schemas.groups import clean_group
 
 from broker.core.sessions.authority import check_join, peek, visible_to
 from broker.core.sessions.presence import membership_changed
-from broker.core.workflow.run_listing import run_rows
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
-
-
-def list_sessions(state: State, session: Session, params: dict, re: str, now: float,
-                 env: dict) -> dict[str, Any]:
-    group = params.get("group")
-    if group is not None:
-        group = group.strip()
-        rows = peek(state, session, group)
-    else:
-        rows = visible_to(state, session)
-    result = {"self": session.public(), "sessions": [s.public() for s in rows]}
-    if group is not None:
-        result["group"] = group
-    result.update(run_rows(state, session))
-    if state.hooks.wait_for_owners(state, session, re, result, now):
-        return None              # answered with the rows of runs other brokers own
-    return result
 
 
 def list_groups(state: State, session: Session, params: dict, re: str, now: float,

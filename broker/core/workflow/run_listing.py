@@ -19,7 +19,7 @@ from typing import Any
 from schemas.names import PENDING, RUNNING
 
 from broker.core.workflow import closed_stages as closed
-from broker.core.sessions.authority import controlled_runs
+from broker.core.sessions.authority import controlled_runs, peek, visible_to
 from broker.core.workflow.path_delivery import deliverable, queue_key
 from broker.core.runs.run_tree import Run
 from broker.core.sessions.registry import Session
@@ -77,3 +77,20 @@ def run_row(state: State, run: Run) -> dict[str, Any]:
             "host": run.host_id, "stages": stages,
             "future": [{"target": t, "queued": n} for t, n in future.items()],
             "delivery": [{"target": t, "deliveryStates": s} for t, s in delivery.items()]}
+
+
+def list_sessions(state: State, session: Session, params: dict, re: str, now: float,
+                 env: dict) -> dict[str, Any]:
+    group = params.get("group")
+    if group is not None:
+        group = group.strip()
+        rows = peek(state, session, group)
+    else:
+        rows = visible_to(state, session)
+    result = {"self": session.public(), "sessions": [s.public() for s in rows]}
+    if group is not None:
+        result["group"] = group
+    result.update(run_rows(state, session))
+    if state.hooks.wait_for_owners(state, session, re, result, now):
+        return None              # answered with the rows of runs other brokers own
+    return result
