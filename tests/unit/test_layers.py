@@ -1,4 +1,5 @@
-"""The module graph stays acyclic and the core stays sans-IO.
+"""The module graph stays acyclic, the core stays sans-IO, and every import in the
+core points down the declared order of its rooms (broker.core.ROOMS).
 
 Every import counts: at module level, inside functions, and under TYPE_CHECKING.
 """
@@ -12,10 +13,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("broker", "client", "schemas")
 CORE_FORBIDDEN = {"zmq", "apsw", "structlog", "threading", "time", "logging", "socket", "asyncio"}
-# Where the engine is assembled: the only core modules outside broker.core.cluster that
-# may import it (the handler, lifecycle and hook tables; the engine; State's fields).
-CLUSTER_ASSEMBLY = {"broker.core.assembly.dispatch", "broker.core.assembly.engine",
-                    "broker.core.assembly.state"}
 
 
 def _modules() -> dict[str, Path]:
@@ -115,14 +112,33 @@ def test_schemas_import_neither_side_and_the_client_not_the_broker():
     assert bad == []
 
 
-def test_a_core_room_imports_the_cluster_only_where_the_engine_is_assembled():
-    _, raw = _graph()
+def _room(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["broker", "core"] else None
 
-    def in_cluster(name: str) -> bool:
-        return name == "broker.core.cluster" or name.startswith("broker.core.cluster.")
 
-    core = {mod for mod in raw if mod == "broker.core" or mod.startswith("broker.core.")}
-    importers = {mod for mod in core - {m for m in core if in_cluster(m)}
-                 if any(in_cluster(name) for name in raw[mod])}
-    assert sorted(importers - CLUSTER_ASSEMBLY) == []
-    assert "broker.core.assembly.dispatch" in importers    # the check sees the tables' imports
+def _upward(graph: dict[str, set[str]], rooms: tuple[str, ...]) -> list[str]:
+    """Every import of a core module from a room later in ``rooms`` than its own."""
+    rank = {room: i for i, room in enumerate(rooms)}
+    return sorted(f"{mod} ({_room(mod)}) imports {target} ({_room(target)})"
+                  for mod, targets in graph.items() if _room(mod)
+                  for target in targets if _room(target)
+                  and rank[_room(target)] > rank[_room(mod)])
+
+
+def test_every_core_import_points_down_the_declared_order_of_rooms():
+    from broker.core import ROOMS
+    graph, _ = _graph()
+    rooms = {_room(mod) for mod in graph} - {None}
+    assert rooms == set(ROOMS), "every room is in the order, and only rooms"
+    assert _upward(graph, ROOMS) == []
+
+
+def test_the_order_check_finds_an_import_that_points_up():
+    graph = {"broker.core.kernel.state": {"broker.core.sessions.registry"},
+             "broker.core.sessions.registry": {"broker.core.kernel.records"},
+             "broker.core.kernel.records": set()}
+    assert _upward(graph, ("kernel", "sessions")) == [
+        "broker.core.kernel.state (kernel) imports broker.core.sessions.registry (sessions)"]
+    assert _upward(graph, ("sessions", "kernel")) == [
+        "broker.core.sessions.registry (sessions) imports broker.core.kernel.records (kernel)"]

@@ -16,8 +16,8 @@ CORE = Path(dispatch.__file__).resolve().parents[1]
 
 def test_every_event_type_has_listeners_from_the_rooms_that_own_them():
     assert set(dispatch.LIFECYCLE) == {lifecycle.SessionOpened, lifecycle.SessionLeft,
-                                       lifecycle.SessionChanged, lifecycle.RunChanged,
-                                       lifecycle.RunClosed}
+                                       lifecycle.ControlLeft, lifecycle.SessionChanged,
+                                       lifecycle.RunChanged, lifecycle.RunClosed}
     for listeners in dispatch.LIFECYCLE.values():
         for listener in listeners:
             room = listener.__module__.split(".")[2]

@@ -21,6 +21,7 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
+from broker.core.assembly import arrival
 from broker.core.sessions import acting, authority, connect, control, grants, membership, presence
 from broker.core.workflow.overview import overview
 from broker.core.messaging import ask_actions
@@ -92,7 +93,7 @@ KINDS: dict[str, KindHandler] = {
     "sends": messaging.sends,
     "supervisor": messaging.supervisor,
     "workflow": _workflow,
-    "status": connect.lifecycle,
+    "status": arrival.lifecycle,
     "received": _received,
     "grant": _grant,
     "respond": respond,
@@ -174,7 +175,7 @@ def handle(state: State, identity: bytes, env: Any, now: float) -> None:
             if where is not None:
                 placement.carry_out(state, session, identity, where, env, [re], now)
                 return
-            connect.hello(state, identity, session, env, re, now)
+            arrival.hello(state, identity, session, env, re, now)
             return
         handler = KINDS.get(kind) if kind.__class__ is str else None
         if handler is None:

@@ -49,7 +49,7 @@ class Session:
     agent: str | None = None
     atomic_session_id: str | None = None
     parent_id: str | None = None
-    instance: str | None = None             # the client's per-process nonce (see connect.hello)
+    instance: str | None = None             # the client's per-process nonce (see broker.core.assembly.arrival.hello)
     reclaimed_with: str | None = None       # hash of the secret its id came back with
     attempt: int = 0                        # its client's latest hello attempt (0: none)
     attempt_of: str = ""                    # instance_tag of the client that said it
