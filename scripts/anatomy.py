@@ -13,7 +13,7 @@ sender and a receiver) with their client threads. Per operation it prints:
   read and wrote;
 * msgpack encodes (``packb`` calls: one per envelope a frame carries) and frame
   decodes (``unpack_frame`` calls: one per frame) on each side;
-* engine inputs (``receive_batch`` calls) and commands by type;
+* engine inputs (frames handled) and commands by type;
 * CPU microseconds per operation of each thread group, from /proc (the broker's
   Python loop, the broker's libzmq IO thread, the clients' Python threads and
   their libzmq IO thread, the persistence worker).
@@ -85,6 +85,7 @@ def instrument() -> None:
     import broker.server as server
     import client.protocol as protocol
     from broker.core.assembly import engine as engine_mod
+    from broker.core.kernel import inputs as inputs_mod
 
     server.unpack_frame = _counting_unpack("broker", wire.unpack_frame)
     protocol.unpack_frame = _counting_unpack("client", wire.unpack_frame)
@@ -96,15 +97,15 @@ def instrument() -> None:
         COUNTS.add("client.frames_out", len(frames))
         return frames
     protocol.ClientProtocol.frames_to_send = counted_frames
-    receive_batch = engine_mod.Engine.receive_batch
+    on_frame = engine_mod.Engine._on_frame
 
-    def counted_batch(self, identity, envs, *args, **kwargs):
+    def counted_frame(self, frame):
         COUNTS.add("broker.engine_inputs")
-        out = receive_batch(self, identity, envs, *args, **kwargs)
+        out = on_frame(self, frame)
         for command in out:
             COUNTS.add(f"broker.command.{type(command).__name__}")
         return out
-    engine_mod.Engine.receive_batch = counted_batch
+    engine_mod._INPUTS[inputs_mod.Frame] = counted_frame
 
 
 # -- threads and their CPU --------------------------------------------------------------

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from broker.core.kernel import inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,8 +49,7 @@ def new_engine():
 def hello(engine, name: str, now: float) -> str:
     from schemas.protocol import envelope
 
-    for cmd in engine.receive(name.encode(), envelope("hello", id="h-" + name, name=name), now,
-                              peer=name):
+    for cmd in engine.handle(inputs.Frame(name.encode(), [envelope("hello", id="h-" + name, name=name)], now, peer=name)):
         env = getattr(cmd, "env", None)
         if env and env.get("k") == "result" and env.get("re") == "h-" + name:
             return env["sessionId"] if "sessionId" in env else env["session"]["id"]
@@ -116,7 +116,7 @@ def session_memory(n: int, top: int) -> None:
     before = tracemalloc.take_snapshot()
     for i in range(n):
         hello(engine, f"s{i}", 1000.0)
-        engine.wrote({f"s{i}".encode(): 0}, 1000.0)
+        engine.handle(inputs.Wrote({f"s{i}".encode(): 0}, 1000.0))
     gc.collect()
     after = tracemalloc.take_snapshot()
     stats = after.compare_to(before, "lineno")

@@ -20,6 +20,7 @@ from schemas.limits import MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
 from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
 
 from .msgpack_notes import render
+from broker.core.kernel import inputs
 
 WALL = 1_767_225_600.0          # 2026-01-01 00:00:00 UTC, the broker's wall clock
 SESSION_IDS = ("7e2b9c41-3d5a-4f08-9b6e-1a2c3d4e5f60", "c0de5eed-1b2a-4c3d-8e4f-5a6b7c8d9e0f")
@@ -54,8 +55,7 @@ class _Wire:
         """Send what ``peer`` has due; deliver the broker's answers. Returns the frames sent."""
         frames = peer.protocol.frames_to_send(self.now)
         for frame in frames:
-            commands = self.engine.receive_batch(peer.conn, unpack_frame(frame, MAX_FRAME_BYTES),
-                                                 self.now, WALL)
+            commands = self.engine.handle(inputs.Frame(peer.conn, unpack_frame(frame, MAX_FRAME_BYTES), self.now, WALL))
             self.to_clients(commands, peers)
         return frames
 

@@ -96,7 +96,7 @@ class Mesh:
             rows = [LeaseRenewed(peer.broker_id, 1, endpoint_of(peer.broker_id), 0.0,
                                  node.now + peer.lease_s)
                     for peer in self.live() if peer is not node]
-            self.deliver(node, node.engine.brokers_read(rows, node.now))
+            self.deliver(node, node.engine.handle(inputs.BrokersRead(rows, node.now)))
         self.settle()
 
     def deliver(self, node: Node, out: list) -> None:
@@ -119,8 +119,7 @@ class Mesh:
                 peer = self.node(command.broker_id)
                 if peer in self.down or frozenset((node, peer)) in self.cuts:
                     continue
-                reply = peer._track(peer.engine.receive_batch(f"link-{node.broker_id}".encode(),
-                                                              command.envs, peer.now))
+                reply = peer._track(peer.engine.handle(inputs.Frame(f"link-{node.broker_id}".encode(), command.envs, peer.now)))
                 self.seen[peer] += reply
                 self.pump(peer, reply)
 
@@ -133,7 +132,7 @@ class Mesh:
 
     def feed(self, node: Node, identity: bytes, env: dict) -> None:
         self.seen = {n: [] for n in self.nodes}
-        self.deliver(node, node.engine.receive(identity, env, node.now))
+        self.deliver(node, node.engine.handle(inputs.Frame(identity, [env], node.now)))
 
     def hello(self, node: Node, name: str, **fields) -> dict:
         msg_id = f"h-{name}"
@@ -164,7 +163,7 @@ class Mesh:
                 self.deliver(node, out)
                 self._leases(node, out)
                 for identity in node.own_identities():
-                    self.deliver(node, node.engine.receive(identity, envelope("hb"), node.now))
+                    self.deliver(node, node.engine.handle(inputs.Frame(identity, [envelope("hb")], node.now)))
 
     def _leases(self, node: Node, out: list) -> None:
         for command in out:
@@ -181,7 +180,7 @@ class Mesh:
                                                                            node.now)))
             if isinstance(command, (RenewLease, ReadBrokers)):
                 rows = self.store.brokers(node.now, exclude=node.broker_id)
-                self.deliver(node, node.engine.brokers_read(rows, node.now))
+                self.deliver(node, node.engine.handle(inputs.BrokersRead(rows, node.now)))
 
     def cut(self, a: Node, b: Node) -> None:
         """Every frame between ``a`` and ``b`` is dropped from now on (both live)."""
@@ -197,7 +196,7 @@ class Mesh:
 
     def stop(self, node: Node) -> None:
         """``node`` stops cleanly: it tells the others, then releases its lease row."""
-        self.deliver(node, node.engine.stopping(node.now))
+        self.deliver(node, node.engine.handle(inputs.Stopping(node.now)))
         self.down.add(node)
         self.store.apply([LeaseReleased(node.broker_id)])
 

@@ -66,17 +66,16 @@ class Bus:
 
     def advance(self, seconds: float) -> list:
         self.now += seconds
-        self.last = self._track(self.engine.tick(self.now))
+        self.last = self._track(self.engine.handle(inputs.Tick(self.now)))
         return self.last
 
     def feed(self, identity: bytes, env: Any, peer: str = "", peer_is_address: bool = False) -> list:
-        self.last = self._track(self.engine.receive(identity, env, self.now, peer=peer,
-                                                    peer_is_address=peer_is_address))
+        self.last = self._track(self.engine.handle(inputs.Frame(identity, [env], self.now, peer=peer, peer_is_address=peer_is_address)))
         return self.last
 
     def wrote(self, counts: dict[bytes, int]) -> list:
         """The shell reports the bytes it wrote to these connections."""
-        self.last = self._track(self.engine.wrote(counts, self.now))
+        self.last = self._track(self.engine.handle(inputs.Wrote(counts, self.now)))
         return self.last
 
     def _track(self, out: list) -> list:
@@ -102,12 +101,11 @@ class Bus:
         for ticket in tickets:
             record = self._waited.pop(ticket, None)
             if id(record) in refused:   # a claim another broker holds, a job it started
-                out += self._track(self.engine.persist_failed(ticket, self.now,
-                                                              code=refused[id(record)]))
+                out += self._track(self.engine.handle(inputs.CommitFailed(ticket, self.now, code=refused[id(record)])))
             elif id(record) in kept:    # the same request is an entry already
-                out += self._track(self.engine.persist_kept(ticket, kept[id(record)], self.now))
+                out += self._track(self.engine.handle(inputs.CommitKept(ticket, kept[id(record)], self.now)))
             else:
-                out += self._track(self.engine.persisted(ticket, self.now))
+                out += self._track(self.engine.handle(inputs.Committed(ticket, self.now)))
         # Writes nobody waits for are kept at once; a waited one waits for the next
         # commit (or fail), as its ticket does.
         waited = {id(record) for record in self._waited.values()}
@@ -124,7 +122,7 @@ class Bus:
         tickets, self.uncommitted = self.uncommitted, []
         for ticket in tickets:
             self._waited.pop(ticket, None)
-            out += self._track(self.engine.persist_failed(ticket, self.now, code=code))
+            out += self._track(self.engine.handle(inputs.CommitFailed(ticket, self.now, code=code)))
         self.last = out
         return out
 

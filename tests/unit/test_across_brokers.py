@@ -12,6 +12,7 @@ from broker.core.kernel.commands import LinkSend
 from schemas.protocol import envelope
 from tests.unit.brokers_in_memory import Mesh, Node, linked_mesh
 from tests.unit.harness import result_for
+from broker.core.kernel import inputs
 
 GROUP = "team"
 
@@ -77,8 +78,8 @@ def test_pipelined_sends_across_brokers_arrive_in_order():
     # All 200 are in before any crosses the link, as a pipelining client's are.
     out = []
     for i in range(200):
-        out += a._track(a.engine.receive(b"alice", envelope("call", id=f"m{i}", action="send",
-                                                             to="bob", message=f"m{i}"), a.now))
+        out += a._track(a.engine.handle(inputs.Frame(b"alice", [envelope("call", id=f"m{i}", action="send",
+                                                             to="bob", message=f"m{i}")], a.now)))
     assert sum(len(c.envs) for c in out if isinstance(c, LinkSend)) == 200
     mesh.seen[a] += out
     mesh.pump(a, out)

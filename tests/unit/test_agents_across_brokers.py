@@ -17,6 +17,7 @@ from schemas.protocol import envelope
 from tests.unit.harness import result_for
 
 from .brokers_in_memory import Node, Pair
+from broker.core.kernel import inputs
 
 REASON = "Time for the check-in."
 
@@ -207,14 +208,14 @@ def test_a_job_of_a_broker_that_died_is_read_from_the_store_when_its_destination
     (read,) = reads(pair, pair.b)
     assert (read.agent, read.channel) == ("lys", "discord:2")
     rows = pair.store.queued_jobs(read.agent, read.channel)
-    pair.deliver(pair.b, pair.b.engine.jobs_read(rows, pair.b.now))
+    pair.deliver(pair.b, pair.b.engine.handle(inputs.JobsRead(rows, pair.b.now)))
     pair.settle()
     assert [e["id"] for e in events(pair, pair.b, b"dest", "invocation")] == ["j1"]
     assert request(pair, pair.b, b"dest", "finish_invocation", "j1", ok=True)["ok"]
     # The same rows again (an answer read before the start committed): refused by the
     # store's compare-and-set, never handed over again.
     pair.seen[pair.b] = []
-    pair.deliver(pair.b, pair.b.engine.jobs_read(rows, pair.b.now))
+    pair.deliver(pair.b, pair.b.engine.handle(inputs.JobsRead(rows, pair.b.now)))
     pair.settle()
     assert events(pair, pair.b, b"dest", "invocation") == []
     assert pair.b.engine.stats["invocations.taken"] == 1

@@ -11,6 +11,7 @@ from schemas.limits import INVOKE_RECHECK_S, MAX_QUEUED_INVOCATIONS
 from schemas.protocol import envelope
 
 from .harness import Bus
+from broker.core.kernel import inputs
 
 REASON = "It's time for the check-in. Ask how she's feeling."
 
@@ -224,7 +225,7 @@ def test_a_session_leaving_before_started_commits_gets_no_event_and_the_job_fail
     bus.written = []
     tickets, bus.uncommitted = bus.uncommitted, []
     for ticket in tickets:
-        bus._track(bus.engine.persisted(ticket, bus.now))   # hand-over asked for, not committed
+        bus._track(bus.engine.handle(inputs.Committed(ticket, bus.now)))   # hand-over asked for, not committed
     bus.feed(b"dest", envelope("bye"))
     bus.commit()
     assert invocations(bus) == []

@@ -9,6 +9,7 @@ from schemas.protocol import envelope
 from tests.unit.brokers_in_memory import Node, Pair, hosted_pair, linked_pair
 from broker.core import Send
 from tests.unit.harness import result_for, uuid_from
+from broker.core.kernel import inputs
 
 
 def test_the_other_brokers_sessions_are_listed_and_announced_in_band():
@@ -73,8 +74,8 @@ def test_the_other_brokers_sessions_stay_while_its_link_lives_past_the_liveness_
     for _ in range(5):                           # 5 liveness windows of heartbeats
         for node, name in ((pair.a, b"alice"), (pair.b, b"bob")):
             node.now += node.engine.state.limits.liveness_s / 2
-            pair.deliver(node, node.engine.tick(node.now))
-            pair.deliver(node, node.engine.receive(name, envelope("hb"), node.now))
+            pair.deliver(node, node.engine.handle(inputs.Tick(node.now)))
+            pair.deliver(node, node.engine.handle(inputs.Frame(name, [envelope("hb")], node.now)))
     rows = result_for(pair.call(pair.a, b"alice", "list", "l1"), b"alice", "l1")["sessions"]
     assert [r["name"] for r in rows] == ["bob"]
 
@@ -85,9 +86,9 @@ def beat(pair: Pair, step: float, times: int, nodes: tuple | None = None) -> Non
     for _ in range(times):
         for node in nodes or (pair.a, pair.b):
             node.now += step
-            pair.deliver(node, node.engine.tick(node.now))
+            pair.deliver(node, node.engine.handle(inputs.Tick(node.now)))
             name = b"alice" if node is pair.a else b"bob"
-            pair.deliver(node, node.engine.receive(name, envelope("hb"), node.now))
+            pair.deliver(node, node.engine.handle(inputs.Frame(name, [envelope("hb")], node.now)))
 
 
 def test_with_a_short_liveness_window_links_heartbeat_every_third_of_it_and_stay():
@@ -112,7 +113,7 @@ def test_a_link_hello_without_the_databases_proof_is_ignored():
     pair.hello(pair.a, "alice")
     forged = envelope("link", broker="evil", proof="l1.0000", endpoint="ipc:///x", until=1e12,
                       sessions=[{"id": uuid_from(0xE0000001), "name": "mallory", "groups": ["default"]}])
-    pair.a.engine.receive_batch(b"intruder", [forged], pair.a.now)
+    pair.a.engine.handle(inputs.Frame(b"intruder", [forged], pair.a.now))
     assert pair.a.engine.cluster.peers == {}
     assert result_for(pair.call(pair.a, b"alice", "list", "l1"), b"alice", "l1")["sessions"] == []
 
@@ -123,7 +124,7 @@ def test_a_link_frame_whose_next_envelope_has_a_list_or_map_kind_is_a_bad_envelo
                       sessions=[])
     engine = pair.a.engine
     for kind in (["link_hb"], {"link_hb": 1}, 5):
-        engine.receive_batch(b"intruder", [forged, {"v": 1, "k": kind, "until": 1e12}], pair.a.now)
+        engine.handle(inputs.Frame(b"intruder", [forged, {"v": 1, "k": kind, "until": 1e12}], pair.a.now))
     assert engine.stats["internal_error"] == 0 and engine.internal_errors == []
     assert engine.stats["link.refused.bad_envelope"] == 3
 
@@ -144,8 +145,8 @@ def test_the_first_of_two_claims_committed_wins_and_the_other_opens_a_fresh_id()
     pair.settle()
     hello = dict(name="twin", sessionId=first["sessionId"], token=first["token"])
     # Both hellos are in before either claim commits: each waits for its own.
-    pair.a.last = pair.a._track(pair.a.engine.receive(b"t1", envelope("hello", id="h1", **hello), pair.a.now))
-    pair.b.last = pair.b._track(pair.b.engine.receive(b"t2", envelope("hello", id="h2", **hello), pair.b.now))
+    pair.a.last = pair.a._track(pair.a.engine.handle(inputs.Frame(b"t1", [envelope("hello", id="h1", **hello)], pair.a.now)))
+    pair.b.last = pair.b._track(pair.b.engine.handle(inputs.Frame(b"t2", [envelope("hello", id="h2", **hello)], pair.b.now)))
     assert not [c for c in pair.a.last + pair.b.last if isinstance(c, Send) and c.env["k"] == "result"]
     pair.seen[pair.a], pair.seen[pair.b] = [], []
     pair.settle()
@@ -170,11 +171,11 @@ def test_a_client_moving_from_a_broker_that_died_before_it_linked_back_keeps_its
     pair = Pair()                                # not linked: A knows nothing of B
     first = pair.hello(pair.a, "alice")
     row = LeaseRenewed("ba", 1, "ipc:///tmp/ba.sock", 0.0, pair.b.now + 100)
-    pair.b._track(pair.b.engine.brokers_read([row], pair.b.now))   # lost with A: not pumped
+    pair.b._track(pair.b.engine.handle(inputs.BrokersRead([row], pair.b.now)))   # lost with A: not pumped
     pair.b.now += 2.5                            # alice's client fails over
     hello = envelope("hello", id="h-again", name="alice", sessionId=first["sessionId"],
                      token=first["token"])
-    out = pair.b._track(pair.b.engine.receive(b"alice", hello, pair.b.now)) + pair.b.commit()
+    out = pair.b._track(pair.b.engine.handle(inputs.Frame(b"alice", [hello], pair.b.now))) + pair.b.commit()
     welcome = result_for(out, b"alice", "h-again")
     assert (welcome["reclaimed"], welcome["sessionId"]) == (True, first["sessionId"]), welcome
     assert pair.store.claims()[first["sessionId"]] == "bb"
@@ -184,10 +185,10 @@ def test_a_broker_just_met_that_has_not_linked_back_yet_keeps_its_claims():
     pair = Pair()
     first = pair.hello(pair.a, "alice")
     row = LeaseRenewed("ba", 1, "ipc:///tmp/ba.sock", 0.0, pair.b.now + 100)
-    pair.b._track(pair.b.engine.brokers_read([row], pair.b.now))
+    pair.b._track(pair.b.engine.handle(inputs.BrokersRead([row], pair.b.now)))
     hello = envelope("hello", id="h-copy", name="alice", sessionId=first["sessionId"],
                      token=first["token"])
-    out = pair.b._track(pair.b.engine.receive(b"copy", hello, pair.b.now)) + pair.b.commit()
+    out = pair.b._track(pair.b.engine.handle(inputs.Frame(b"copy", [hello], pair.b.now))) + pair.b.commit()
     welcome = result_for(out, b"copy", "h-copy")
     assert (welcome["reclaimed"], welcome["sessionId"] != first["sessionId"]) == (False, True)
     assert pair.store.claims()[first["sessionId"]] == "ba"

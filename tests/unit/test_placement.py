@@ -9,6 +9,7 @@ from schemas.protocol import envelope
 from tests.unit.harness import Bus
 from tests.unit.brokers_in_memory import linked_pair
 from tests.unit.test_run_ownership import PLAN, RUN, hosted
+from broker.core.kernel import inputs
 
 
 def session_named(node, name):
@@ -63,7 +64,7 @@ def test_paths_and_host_operations_go_to_the_runs_owner():
 def test_requests_for_a_dead_brokers_run_are_parked_until_it_is_adopted():
     pair = linked_pair()
     grants = hosted(pair)
-    pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)   # A stops
+    pair.b.engine.handle(inputs.Frame(b"link-ba", [envelopes.link_bye()], pair.b.now))   # A stops
     state, bob = pair.b.engine.state, session_named(pair.b, "bob")
     assert place(state, bob, "call", call("send", to=PLAN, message="x")) == Park(RUN)
     assert place(state, bob, "workflow", envelope("workflow", id="w", op="end_run", runId=RUN)) == Park(RUN)

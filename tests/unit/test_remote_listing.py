@@ -11,6 +11,7 @@ from tests.unit.harness import result_for
 from tests.unit.brokers_in_memory import linked_pair
 
 from .test_run_ownership import PLAN, RUN, bob_sends, hosted
+from broker.core.kernel import inputs
 
 
 def listed(pair, node, identity: bytes, msg_id: str) -> dict:
@@ -52,7 +53,7 @@ def test_a_list_whose_owner_does_not_answer_is_answered_after_the_bound_with_a_m
     pair = linked_pair()
     hosted(pair)
     # The question leaves, but broker A never answers it.
-    out = pair.b.engine.receive(b"bob", envelope("call", id="l1", action="list"), pair.b.now)
+    out = pair.b.engine.handle(inputs.Frame(b"bob", [envelope("call", id="l1", action="list")], pair.b.now))
     assert [env["k"] for c in out if isinstance(c, LinkSend) for env in c.envs] == ["link_list"]
     assert not [c for c in out if getattr(c, "env", {}).get("k") == "result"]
     assert pair.b.engine.next_deadline() <= pair.b.now + LIST_WAIT_S
@@ -66,11 +67,11 @@ def test_a_list_whose_owner_does_not_answer_is_answered_after_the_bound_with_a_m
 def test_a_late_answer_after_the_bound_changes_nothing():
     pair = linked_pair()
     hosted(pair)
-    out = pair.b.engine.receive(b"bob", envelope("call", id="l1", action="list"), pair.b.now)
+    out = pair.b.engine.handle(inputs.Frame(b"bob", [envelope("call", id="l1", action="list")], pair.b.now))
     (question,) = [env for c in out if isinstance(c, LinkSend) for env in c.envs]
     pair.b.advance(LIST_WAIT_S)
-    late = pair.b.engine.receive_batch(b"link-ba", [envelopes.link_listed(
-        question["from"], question["token"], [{"runId": RUN}])], pair.b.now)
+    late = pair.b.engine.handle(inputs.Frame(b"link-ba", [envelopes.link_listed(
+        question["from"], question["token"], [{"runId": RUN}])], pair.b.now))
     assert not [c for c in late if getattr(c, "env", {}).get("k") == "result"]
     assert pair.b.engine.stats["list.late_rows"] == 1
 
@@ -78,8 +79,8 @@ def test_a_late_answer_after_the_bound_changes_nothing():
 def test_a_list_waiting_on_a_broker_that_goes_is_answered_at_once_with_a_marker():
     pair = linked_pair()
     hosted(pair)
-    pair.b.engine.receive(b"bob", envelope("call", id="l1", action="list"), pair.b.now)
-    gone = pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    pair.b.engine.handle(inputs.Frame(b"bob", [envelope("call", id="l1", action="list")], pair.b.now))
+    gone = pair.b.engine.handle(inputs.Frame(b"link-ba", [envelopes.link_bye()], pair.b.now))
     (row,) = result_for(gone, b"bob", "l1")["workflows"]
     assert row["state"] == "root-unresolved"
     assert "broker ba that owns it went away before answering" in row["diagnostic"]
@@ -88,7 +89,7 @@ def test_a_list_waiting_on_a_broker_that_goes_is_answered_at_once_with_a_marker(
 def test_a_run_of_a_dead_broker_not_adopted_yet_is_listed_at_once_as_unresolved():
     pair = linked_pair()
     hosted(pair)
-    pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)
+    pair.b.engine.handle(inputs.Frame(b"link-ba", [envelopes.link_bye()], pair.b.now))
     seen = pair.call(pair.b, b"bob", "list", "l1")
     (row,) = result_for(seen, b"bob", "l1")["workflows"]
     assert (row["runId"], row["state"]) == (RUN, "root-unresolved")
@@ -100,8 +101,8 @@ def test_lists_past_the_waiting_bound_are_answered_at_once_without_asking():
     pair = linked_pair()
     hosted(pair)
     for n in range(MAX_LISTS_WAITING):
-        pair.b.engine.receive(b"bob", envelope("call", id=f"l{n}", action="list"), pair.b.now)
-    out = pair.b.engine.receive(b"bob", envelope("call", id="extra", action="list"), pair.b.now)
+        pair.b.engine.handle(inputs.Frame(b"bob", [envelope("call", id=f"l{n}", action="list")], pair.b.now))
+    out = pair.b.engine.handle(inputs.Frame(b"bob", [envelope("call", id="extra", action="list")], pair.b.now))
     assert not [c for c in out if isinstance(c, LinkSend)]
     (row,) = result_for(out, b"bob", "extra")["workflows"]
     assert row["state"] == "root-unresolved" and "not asked" in row["diagnostic"]

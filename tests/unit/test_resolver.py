@@ -17,6 +17,7 @@ from tests.unit.test_held_sends import dormant_run_with_subagent
 from tests.unit.brokers_in_memory import linked_pair
 from tests.unit.test_run_ownership import PLAN, RUN, hosted
 from tests.unit.test_workflow import stage
+from broker.core.kernel import inputs
 
 
 def named(state, name):
@@ -114,7 +115,7 @@ def test_placement_alone_weighs_targets_on_other_brokers():
         assert resolve(state, bob, PLAN, verb, placing=True) == RemoteRun("ba")
     # A handler's own resolution: a request that reached it belongs here.
     assert refusal(state, bob, PLAN, "send") == "unknown_run"
-    pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], pair.b.now)   # A stops
+    pair.b.engine.handle(inputs.Frame(b"link-ba", [envelopes.link_bye()], pair.b.now))   # A stops
     assert resolve(state, bob, PLAN, "send", placing=True) == OrphanRun(RUN)
     # A malformed path is refused before another broker is asked about it.
     assert refusal(state, bob, "workflow:r-own//", "send", placing=True) == "invalid_path"
@@ -139,7 +140,7 @@ def test_a_subagent_another_broker_holds_is_that_brokers_before_one_held_here():
         pair.feed(a, who, envelope("bye"))
     pair.settle()
     a.now += 11
-    pair.deliver(a, a.engine.tick(a.now))        # the host's lease ends: the run is dormant
+    pair.deliver(a, a.engine.handle(inputs.Tick(a.now)))        # the host's lease ends: the run is dormant
     pair.settle()
     state = pair.b.engine.state
     peer = named(state, "peer")

@@ -13,6 +13,7 @@ from schemas import envelopes
 from schemas.protocol import envelope
 from tests.unit.harness import result_for
 from tests.unit.brokers_in_memory import linked_mesh, linked_pair
+from broker.core.kernel import inputs
 
 RUN = "r-own"
 PLAN = f"workflow:{RUN}/plan"
@@ -21,7 +22,7 @@ PLAN = f"workflow:{RUN}/plan"
 def a_stops(pair, now: float) -> list:
     """Broker A stops cleanly: its lease row goes, and B hears its ``link_bye``."""
     pair.store.apply([LeaseReleased("ba")])
-    return pair.b.engine.receive_batch(b"link-ba", [envelopes.link_bye()], now)
+    return pair.b.engine.handle(inputs.Frame(b"link-ba", [envelopes.link_bye()], now))
 
 
 def hosted(pair):
@@ -81,7 +82,7 @@ def test_a_stopped_brokers_runs_are_adopted_where_their_host_arrives():
     assert not any(isinstance(c, AdoptRuns) for c in bye)        # it waits for the host
     out = pair.call(pair.b, b"bob", "send", "m4", to=PLAN, message="early")
     assert out == [AdoptRuns("ba")]          # the store is asked now; the send waits
-    pair.b._track(pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now))
+    pair.b._track(pair.b.engine.handle(inputs.RunsAdopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now)))
     answer = result_for(pair.b.commit(), b"bob", "m4")      # handled again, committed
     assert (answer["queued"], answer["position"]) == (True, 2)    # after the kept one
     assert RUN in pair.b.engine.state.runs and pair.b.engine.cluster.orphans == {}
@@ -97,10 +98,10 @@ def test_an_adoption_the_store_failed_is_asked_again():
     hosted(pair)
     a_stops(pair, pair.b.now)
     orphans = pair.b.engine.cluster.orphans["ba"]
-    out = pair.b.engine.tick(orphans.adopt_at)
+    out = pair.b.engine.handle(inputs.Tick(orphans.adopt_at))
     assert AdoptRuns("ba") in out
-    pair.b.engine.runs_adopted("ba", None, orphans.adopt_at)
-    later = pair.b.engine.tick(orphans.adopt_at + 0.1)
+    pair.b.engine.handle(inputs.RunsAdopted("ba", None, orphans.adopt_at))
+    later = pair.b.engine.handle(inputs.Tick(orphans.adopt_at + 0.1))
     assert AdoptRuns("ba") in later
 
 
@@ -110,21 +111,21 @@ def test_orphans_nobody_asked_for_are_adopted_once_the_brokers_adoption_grace_en
         hosted(pair)
         gone_at = pair.b.now
         a_stops(pair, gone_at)
-        assert AdoptRuns("ba") not in pair.b.engine.tick(gone_at + grace - 0.1)
-        assert AdoptRuns("ba") in pair.b.engine.tick(gone_at + grace)
+        assert AdoptRuns("ba") not in pair.b.engine.handle(inputs.Tick(gone_at + grace - 0.1))
+        assert AdoptRuns("ba") in pair.b.engine.handle(inputs.Tick(gone_at + grace))
 
 
 def test_a_path_send_the_runs_broker_never_answered_is_answered_by_the_adopter():
     pair = linked_pair(adopt_grace_s=0.0)   # no grace: any broker asks
     hosted(pair)
     # Forwarded to broker A, which stops before handling it.
-    out = pair.b.engine.receive(b"bob", envelope("call", id="m6", action="send", to=PLAN,
-                                                 message="in flight"), pair.b.now)
+    out = pair.b.engine.handle(inputs.Frame(b"bob", [envelope("call", id="m6", action="send", to=PLAN,
+                                                 message="in flight")], pair.b.now))
     assert [e["k"] for c in out if isinstance(c, LinkSend) for e in c.envs] == ["forward"]
     gone = a_stops(pair, pair.b.now)
     assert AdoptRuns("ba") in gone                        # the send waits for its run
     assert not [c for c in gone if isinstance(c, Send) and c.env.get("re") == "m6"]
-    pair.b._track(pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now))
+    pair.b._track(pair.b.engine.handle(inputs.RunsAdopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now)))
     answer = result_for(pair.b.commit(), b"bob", "m6")
     assert (answer["queued"], answer["position"]) == (True, 1)
 
@@ -146,15 +147,15 @@ def test_pipelined_sends_waiting_for_a_failed_adoption_are_all_answered_after_th
     pair = linked_pair(adopt_grace_s=0.0)   # no grace: any broker asks
     hosted(pair)
     a_stops(pair, pair.b.now)
-    waiting = pair.b.engine.receive(b"bob", envelope("sends", to=PLAN, ids=["p1", "p2"],
-                                                     messages=["one", "two"]), pair.b.now)
+    waiting = pair.b.engine.handle(inputs.Frame(b"bob", [envelope("sends", to=PLAN, ids=["p1", "p2"],
+                                                     messages=["one", "two"])], pair.b.now))
     assert waiting == [AdoptRuns("ba")]                      # parked, nothing answered
-    failed = pair.b.engine.runs_adopted("ba", None, pair.b.now)
+    failed = pair.b.engine.handle(inputs.RunsAdopted("ba", None, pair.b.now))
     assert not [c for c in failed if isinstance(c, Send)]    # still waiting, not refused
-    pair.b.engine.receive(b"bob", envelope("hb"), pair.b.now + 5.9)   # bob stays live
-    retry = pair.b.engine.tick(pair.b.now + 6)
+    pair.b.engine.handle(inputs.Frame(b"bob", [envelope("hb")], pair.b.now + 5.9))   # bob stays live
+    retry = pair.b.engine.handle(inputs.Tick(pair.b.now + 6))
     assert AdoptRuns("ba") in retry
-    pair.b._track(pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now + 6))
+    pair.b._track(pair.b.engine.handle(inputs.RunsAdopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now + 6)))
     out = pair.b.commit()
     acked = [i for c in out if isinstance(c, Send) and c.identity == b"bob"
              for i in (c.env.get("ids") or [c.env.get("re")])]
@@ -208,11 +209,10 @@ def test_host_operations_during_an_adoption_wait_for_it_and_are_answered():
     waiting = []
     for n, (op, fields) in enumerate([("stage_state", {"stage": "plan", "state": "RUNNING"}),
                                       ("add_stages", {"stages": [{"name": "review"}]})]):
-        waiting += pair.b.engine.receive(b"alice", envelope("workflow", id=f"op{n}", op=op,
-                                                            runId=RUN, **fields), pair.b.now)
+        waiting += pair.b.engine.handle(inputs.Frame(b"alice", [envelope("workflow", id=f"op{n}", op=op,
+                                                            runId=RUN, **fields)], pair.b.now))
     assert answers_to(waiting, b"alice") == []              # they wait, not unknown_run
-    out = pair.b._track(pair.b.engine.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"),
-                                                   pair.b.now))
+    out = pair.b._track(pair.b.engine.handle(inputs.RunsAdopted("ba", pair.store.adopt_runs("ba", "bb"), pair.b.now)))
     answers = {a["re"]: a for a in answers_to(out, b"alice")}
     assert (answers["op0"]["ok"], answers["op0"]["state"]) == (True, "RUNNING")
     assert answers["op1"]["ok"] and f"{PLAN[:-4]}review" in answers["op1"]["stages"]
@@ -226,21 +226,21 @@ def adopted_elsewhere(msg_id: str):
     b = pair.b.engine
     now = pair.b.now
     pair.store.apply([LeaseReleased("ba")])
-    b.receive_batch(b"link-ba", [envelopes.link_bye()], now)
-    assert b.receive(b"bob", envelope("call", id=msg_id, action="send", to=PLAN,
-                                      message="moving"), now) == [AdoptRuns("ba")]
+    b.handle(inputs.Frame(b"link-ba", [envelopes.link_bye()], now))
+    assert b.handle(inputs.Frame(b"bob", [envelope("call", id=msg_id, action="send", to=PLAN,
+                                      message="moving")], now)) == [AdoptRuns("ba")]
     pair.store.adopt_runs("ba", "bc")
-    out = b.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), now)
+    out = b.handle(inputs.RunsAdopted("ba", pair.store.adopt_runs("ba", "bb"), now))
     assert answers_to(out, b"bob") == []                      # waits, not unknown_run
     return pair, b, now
 
 
 def test_a_send_for_a_run_another_broker_adopted_first_waits_for_that_brokers_word():
     pair, b, now = adopted_elsewhere("m7")
-    b.brokers_read([LeaseRenewed("bc", 1, "ipc:///tmp/bc.sock", 0.0, now + 100)], now)
-    told = b.receive_batch(b"link-bc", [envelopes.link(
+    b.handle(inputs.BrokersRead([LeaseRenewed("bc", 1, "ipc:///tmp/bc.sock", 0.0, now + 100)], now))
+    told = b.handle(inputs.Frame(b"link-bc", [envelopes.link(
         "bc", link_proof(b.state.grant_key, "bc"), "ipc:///tmp/bc.sock", now + 100, [], [RUN],
-        {})], now)
+        {})], now))
     forwarded = [e["env"]["id"] for c in told if isinstance(c, LinkSend) and c.broker_id == "bc"
                  for e in c.envs if e["k"] == "forward"]
     assert forwarded == ["m7"]                                # handed to the adopter
@@ -248,9 +248,9 @@ def test_a_send_for_a_run_another_broker_adopted_first_waits_for_that_brokers_wo
 
 def test_a_send_for_a_run_no_broker_claims_after_the_adoption_is_refused_after_one_retry():
     pair, b, now = adopted_elsewhere("m8")                   # bc never says it owns it
-    b.receive(b"bob", envelope("hb"), now + ADOPT_RETRY_S - 0.1)    # bob stays live
-    assert AdoptRuns("ba") in b.tick(now + ADOPT_RETRY_S)
-    out = b.runs_adopted("ba", pair.store.adopt_runs("ba", "bb"), now + ADOPT_RETRY_S)
+    b.handle(inputs.Frame(b"bob", [envelope("hb")], now + ADOPT_RETRY_S - 0.1))    # bob stays live
+    assert AdoptRuns("ba") in b.handle(inputs.Tick(now + ADOPT_RETRY_S))
+    out = b.handle(inputs.RunsAdopted("ba", pair.store.adopt_runs("ba", "bb"), now + ADOPT_RETRY_S))
     (answer,) = answers_to(out, b"bob")
     assert (answer["re"], answer["ok"], answer["code"]) == ("m8", False, "unknown_run")
 
@@ -281,7 +281,7 @@ def test_a_stage_hello_while_its_run_moves_is_told_run_moving_and_binds_after_th
         answer = result_for(mesh.seen[b], identity, f"again-{n}")
         assert (answer["ok"], answer["code"], answer["endpoint"]) == \
             (False, "run_moving", "ipc:///tmp/bb.sock")
-    b._track(b.engine.runs_adopted("ba", mesh.store.adopt_runs("ba", "bb"), b.now))
+    b._track(b.engine.handle(inputs.RunsAdopted("ba", mesh.store.adopt_runs("ba", "bb"), b.now)))
     b.commit()
     mesh.settle()
     assert mesh.hello(b, "plan", **{k: v for k, v in again.items() if k != "name"})["ok"]

@@ -107,7 +107,7 @@ def test_an_ended_run_with_stages_that_ran_counts_as_closed():
 def test_stats_carries_the_shell_figures_it_was_last_given():
     bus = with_control(Bus())
     assert stats(bus)["store"]["fileBytes"] is None
-    bus.engine.shell_figures(ShellFigures(pid=42, started_at=bus.now - 5, store_file_bytes=4096,
+    bus.engine.handle(ShellFigures(pid=42, started_at=bus.now - 5, store_file_bytes=4096,
                                           commit_p50_s=0.002, commit_p99_s=0.01, commits=7,
                                           pending_records=3))
     answer = stats(bus)

@@ -1,6 +1,7 @@
 """Live send and target resolution rules."""
 
 from .harness import Bus, uuid_from
+from broker.core.kernel import inputs
 
 ALICE, BOB = uuid_from(0xA0000001), uuid_from(0xA0000002)
 
@@ -119,7 +120,7 @@ def test_quiet_sends_are_acknowledged_together_and_failures_answered_in_full():
               "quiet": True} for n in range(3)]
     batch.append({"v": 1, "k": "call", "id": "bad", "action": "send", "to": "nobody",
                   "message": "m", "quiet": True})
-    bus.last = bus.engine.receive_batch(b"alice", batch, bus.now)
+    bus.last = bus.engine.handle(inputs.Frame(b"alice", batch, bus.now))
     assert [e["ids"] for e in bus.sends(b"alice", "acks")] == [["q0", "q1", "q2"]]
     (failure,) = bus.sends(b"alice", "result")
     assert failure["re"] == "bad" and failure["code"] == "target_not_found"

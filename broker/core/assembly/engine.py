@@ -2,17 +2,18 @@
 
 Theory of operation
 -------------------
-The IO shell hands the engine every decoded envelope together with the routing
-identity it arrived from and the current time (:meth:`Engine.receive_batch`), calls
-:meth:`Engine.tick` when :meth:`Engine.next_deadline` passes, and reports durable
-writes through :meth:`Engine.persisted` / :meth:`Engine.persist_failed`. Each call
-returns the commands to execute, in order (:class:`~broker.core.kernel.commands.Send`,
+The IO shell hands the engine every input through one entry point,
+:meth:`Engine.handle`: each decoded frame with the routing identity it arrived from and
+the current time (:class:`~broker.core.kernel.inputs.Frame`), a
+:class:`~broker.core.kernel.inputs.Tick` when :meth:`Engine.next_deadline` passes,
+and the store's outcomes (``Committed``, ``CommitFailed``, ...; the full list is
+:mod:`broker.core.kernel.inputs`). Each call returns the commands to execute, in order (:class:`~broker.core.kernel.commands.Send`,
 ``Publish``, ``Persist``). ``now`` is monotonic seconds (every deadline and liveness
 check); ``wall`` is the wall clock, used only for times people read (``sentAt``,
 ``connectedAt``, persisted records).
 
 Who handles what is the table in :mod:`broker.core.assembly.dispatch`; the state is
-:class:`~broker.core.kernel.state.State`; the envelopes leave through the final pass of
+:class:`~broker.core.assembly.state.BrokerState`; the envelopes leave through the final pass of
 :mod:`broker.core.kernel.outbox`.
 
 Invariants:
@@ -48,13 +49,12 @@ from broker.core.kernel import inputs
 from broker.core.assembly.dispatch import HOOKS, LIFECYCLE, handle
 from broker.core.assembly.figures import ShellFigures, figures
 from broker.core.kernel.outbox import render
-from broker.core.kernel.records import (InvocationSaved, InvocationState, LeaseRenewed, Snapshot,
-                                        StickyRow)
+from broker.core.kernel.records import (InvocationState, Snapshot)
 from broker.core.sessions.registry import Registry
 from broker.core.sessions.identity_table import IdentityRecord
 from broker.core.kernel.secret_ids import new_session_id, new_token
 from broker.core.assembly.state import BrokerState
-from broker.core.kernel.state import Limits, State, Ticket
+from broker.core.kernel.state import Limits, Ticket
 from broker.core.workflow.sticky_queue import SEQ_TAG_BITS
 
 SWEEP_INTERVAL_S = 0.5
@@ -122,10 +122,11 @@ class Engine:
 
     # -- inputs --------------------------------------------------------------------------
 
-    def shell_figures(self, shell: ShellFigures) -> None:
+    def _on_shell_figures(self, shell: ShellFigures) -> list[Command]:
         """The shell's own figures (store, process), as of now: ``stats`` answers with
         the latest (see broker.core.assembly.figures)."""
         self.state.shell = shell
+        return []
 
     def set_agents(self, settings: Mapping[str, AgentSettings]) -> None:
         """The per-agent settings in force (the shell reads them from the agents' config
@@ -161,8 +162,8 @@ class Engine:
 
     def handle(self, event: inputs.Input) -> list[Command]:
         """The one entry point: handle one input from the shell (see
-        :mod:`broker.core.kernel.inputs`); returns the commands to carry out. The
-        methods below are the same inputs taken apart, kept for tests and tools.
+        :mod:`broker.core.kernel.inputs`); returns the commands to carry out. Each
+        input type has its handler below (``_on_<input>``), named in ``_INPUTS``.
 
         Before any input, a broker sharing its store checks its lease: one that may
         have run out (see :mod:`broker.core.cluster.lease_clock`) stops acting as the
@@ -176,14 +177,7 @@ class Engine:
             self._expire_silent(now, None)
         return _INPUTS[event.__class__](self, event)
 
-    def receive(self, identity: bytes, env: Any, now: float, wall: float | None = None,
-                peer: str = "", peer_is_address: bool = False) -> list[Command]:
-        """Handle one decoded envelope from ``identity``."""
-        return self.receive_batch(identity, [env], now, wall, peer, peer_is_address)
-
-    def receive_batch(self, identity: bytes, envs: list, now: float,
-                      wall: float | None = None, peer: str = "",
-                      peer_is_address: bool = False) -> list[Command]:
+    def _on_frame(self, frame: inputs.Frame) -> list[Command]:
         """Handle the envelopes of one frame, in order.
 
         ``peer`` names who is behind ``identity`` (a client process, a CURVE key, an
@@ -192,10 +186,11 @@ class Engine:
         ``peer_is_address``: it is only an address every local client shares (plain
         TCP), so sessions are counted per connection instead.
         """
+        identity, envs, now = frame.identity, frame.envs, frame.now
         state = self.state
-        state.wall = now if wall is None else wall
-        state.peer = peer
-        state.peer_is_address = peer_is_address
+        state.wall = now if frame.wall is None else frame.wall
+        state.peer = frame.peer
+        state.peer_is_address = frame.peer_is_address
         by_link = state.cluster.by_link
         if by_link and identity in by_link or envs and links.is_hello(envs[0]):
             links.receive(state, identity, envs, now)
@@ -204,22 +199,20 @@ class Engine:
             handle(state, identity, env, now)
         return self._flush()
 
-    def brokers_read(self, rows: list[LeaseRenewed], now: float, wall: float | None = None) -> list[Command]:
+    def _on_brokers_read(self, read: inputs.BrokersRead) -> list[Command]:
         """The other brokers' live lease rows, as the store has them now (see
         :mod:`broker.core.cluster.links`)."""
-        self.state.wall = now if wall is None else wall
-        links.brokers_read(self.state, rows, now)
+        self._at(read)
+        links.brokers_read(self.state, read.rows, read.now)
         return self._flush()
 
-    def runs_adopted(self, dead: str, snapshot: Snapshot | None, now: float,
-                     wall: float | None = None) -> list[Command]:
+    def _on_runs_adopted(self, adopted: inputs.RunsAdopted) -> list[Command]:
         """The store's answer to ``AdoptRuns(dead)``: the runs this broker took from
         dead broker ``dead`` (None: the store failed; it is asked again). A host
         already connected here (it failed over first), or on another broker, takes its
         runs back at once."""
-        state = self.state
-        state.wall = now if wall is None else wall
-        runs, parked = ownership.adopted(state, dead, snapshot, now)
+        state, now = self.state, self._at(adopted)
+        runs, parked = ownership.adopted(state, adopted.dead, adopted.snapshot, now)
         for run in runs:
             host = state.registry.by_id.get(run.last_host_id or "")
             if host is not None:
@@ -228,48 +221,44 @@ class Engine:
             handle(state, identity, env, now)       # waited for the run: it is here now
         return self._flush()
 
-    def runs_fenced(self, run_ids: list[str], now: float,
-                    wall: float | None = None) -> list[Command]:
+    def _on_runs_fenced(self, fenced: inputs.RunsFenced) -> list[Command]:
         """The store fenced out this broker's writes for ``run_ids``: deposed from them
         (see :func:`broker.core.cluster.ownership.depose`)."""
-        self.state.wall = now if wall is None else wall
-        ownership.depose(self.state, run_ids, now)
+        ownership.depose(self.state, fenced.run_ids, self._at(fenced))
         return self._flush()
 
-    def jobs_read(self, rows: list[InvocationSaved], now: float,
-                  wall: float | None = None) -> list[Command]:
+    def _on_jobs_read(self, read: inputs.JobsRead) -> list[Command]:
         """Queued invoke jobs read from the store for a :class:`ReadJobs`: those not
         held yet are handed over once."""
-        self.state.wall = now if wall is None else wall
-        invoking.arrived(self.state, [Job.from_record(row) for row in rows], now)
+        now = self._at(read)
+        invoking.arrived(self.state, [Job.from_record(row) for row in read.rows], now)
         return self._flush()
 
-    def link_refused(self, broker_id: str, now: float, wall: float | None = None) -> list[Command]:
+    def _on_link_refused(self, refused: inputs.LinkRefused) -> list[Command]:
         """The CURVE handshake of this broker's link to ``broker_id`` was refused (see
         :func:`broker.core.cluster.links.link_refused`)."""
-        self.state.wall = now if wall is None else wall
-        links.link_refused(self.state, broker_id)
+        self._at(refused)
+        links.link_refused(self.state, refused.broker_id)
         return self._flush()
 
-    def stopping(self, now: float, wall: float | None = None) -> list[Command]:
+    def _on_stopping(self, stopping: inputs.Stopping) -> list[Command]:
         """This broker is about to stop: the other brokers are told."""
-        self.state.wall = now if wall is None else wall
+        self._at(stopping)
         links.stopping(self.state)
         return self._flush()
 
-    def wrote(self, counts: dict[bytes, int], now: float, wall: float | None = None) -> list[Command]:
+    def _on_wrote(self, wrote: inputs.Wrote) -> list[Command]:
         """The shell wrote ``counts`` bytes to these identities (see broker.core.sessions.backlog)."""
-        state = self.state
-        state.wall = now if wall is None else wall
-        for session in backlog.wrote(state, counts):
+        state, now = self.state, self._at(wrote)
+        for session in backlog.wrote(state, wrote.counts):
             state.stats["sessions.not_reading"] += 1
             connect.disconnect(state, session, "not reading", now)
         return self._flush()
 
-    def refuse_frame(self, identity: bytes, error: BusError) -> list[Command]:
+    def _on_bad_frame(self, bad: inputs.BadFrame) -> list[Command]:
         """Answer a frame the shell could not decode (too large, not msgpack)."""
-        self.state.stats[f"bad_frame.{error.code}"] += 1
-        self.state.out.append(Answer(identity, [None], error))
+        self.state.stats[f"bad_frame.{bad.error.code}"] += 1
+        self.state.out.append(Answer(bad.identity, [None], bad.error))
         return self._flush()
 
     def _expire_silent(self, now: float, most: int | None) -> bool:
@@ -285,10 +274,14 @@ class Engine:
             connect.disconnect(state, session, "heartbeat", now)
         return most is None or len(silent) <= most
 
-    def tick(self, now: float, wall: float | None = None) -> list[Command]:
+    def _at(self, event) -> float:
+        """The input's time: the wall clock of the input becomes the state's."""
+        self.state.wall = event.now if event.wall is None else event.wall
+        return event.now
+
+    def _on_tick(self, tick: inputs.Tick) -> list[Command]:
         """Expire silent sessions and asks whose deadline passed."""
-        state = self.state
-        state.wall = now if wall is None else wall
+        state, now = self.state, self._at(tick)
         if now >= self._next_sweep_at:
             self._next_sweep_at = now + SWEEP_INTERVAL_S
             if not self._expire_silent(now, EXPIRE_PER_SWEEP):
@@ -322,41 +315,39 @@ class Engine:
         state.tickets[state.next_ticket] = Ticket(renewed)
         return state.next_ticket
 
-    def persisted(self, ticket: int, now: float, wall: float | None = None) -> list[Command]:
+    def _on_committed(self, committed: inputs.Committed) -> list[Command]:
         """A write asked for with ``ticket`` is durable."""
-        self.state.wall = now if wall is None else wall
-        waiting = self.state.tickets.pop(ticket, None)
+        now = self._at(committed)
+        waiting = self.state.tickets.pop(committed.ticket, None)
         if waiting is not None:
             waiting.on_durable(now)
         return self._flush()
 
-    def persist_failed(self, ticket: int, now: float, wall: float | None = None,
-                       code: str = "internal_error") -> list[Command]:
+    def _on_commit_failed(self, failed: inputs.CommitFailed) -> list[Command]:
         """A write asked for with ``ticket`` could not be committed; its waiter is
         refused with ``code`` (``store_unavailable``: the store could not take it now)."""
-        self.state.wall = now if wall is None else wall
-        waiting = self.state.tickets.pop(ticket, None)
+        now = self._at(failed)
+        waiting = self.state.tickets.pop(failed.ticket, None)
         self.state.stats["persist.failed"] += 1
         if waiting is not None and waiting.on_failed is not None:
-            waiting.on_failed(now, BusError(code))
+            waiting.on_failed(now, BusError(failed.code))
         return self._flush()
 
-    def persist_kept(self, ticket: int, kept: StickyRow, now: float,
-                     wall: float | None = None) -> list[Command]:
+    def _on_commit_kept(self, kept: inputs.CommitKept) -> list[Command]:
         """A sticky entry asked for with ``ticket`` was not written: the store holds
         the same request already (``kept``, written by this broker or another)."""
-        self.state.wall = now if wall is None else wall
-        waiting = self.state.tickets.pop(ticket, None)
+        now = self._at(kept)
+        waiting = self.state.tickets.pop(kept.ticket, None)
         self.state.stats["persist.kept"] += 1
         if waiting is not None:
             if waiting.on_kept is not None:
-                waiting.on_kept(now, kept)
+                waiting.on_kept(now, kept.kept)
             elif waiting.on_failed is not None:   # nothing else is ever kept: a bug
                 waiting.on_failed(now, BusError("internal_error"))
         return self._flush()
 
     def next_deadline(self) -> float:
-        """When :meth:`tick` next has work: the liveness sweep, an ask's deadline, an
+        """When the next :class:`~broker.core.kernel.inputs.Tick` has work: the liveness sweep, an ask's deadline, an
         invoke destination's recheck, a list waiting for another broker, or now while departures are still being told."""
         if self.state.departures:
             return 0.0
@@ -387,19 +378,18 @@ __all__ = ["Engine", "IdentityRecord", "Limits", "token_hash"]
 
 
 _INPUTS = {
-    inputs.Frame: lambda e, i: e.receive_batch(i.identity, i.envs, i.now, i.wall, i.peer,
-                                               i.peer_is_address),
-    inputs.BadFrame: lambda e, i: e.refuse_frame(i.identity, i.error),
-    inputs.Tick: lambda e, i: e.tick(i.now, i.wall),
-    inputs.Wrote: lambda e, i: e.wrote(i.counts, i.now, i.wall),
-    inputs.Committed: lambda e, i: e.persisted(i.ticket, i.now, i.wall),
-    inputs.CommitFailed: lambda e, i: e.persist_failed(i.ticket, i.now, i.wall, i.code),
-    inputs.CommitKept: lambda e, i: e.persist_kept(i.ticket, i.kept, i.now, i.wall),
-    inputs.BrokersRead: lambda e, i: e.brokers_read(i.rows, i.now, i.wall),
-    inputs.RunsAdopted: lambda e, i: e.runs_adopted(i.dead, i.snapshot, i.now, i.wall),
-    inputs.RunsFenced: lambda e, i: e.runs_fenced(i.run_ids, i.now, i.wall),
-    inputs.JobsRead: lambda e, i: e.jobs_read(i.rows, i.now, i.wall),
-    inputs.LinkRefused: lambda e, i: e.link_refused(i.broker_id, i.now, i.wall),
-    inputs.Stopping: lambda e, i: e.stopping(i.now, i.wall),
-    ShellFigures: lambda e, i: e.shell_figures(i) or [],
+    inputs.Frame: Engine._on_frame,
+    inputs.BadFrame: Engine._on_bad_frame,
+    inputs.Tick: Engine._on_tick,
+    inputs.Wrote: Engine._on_wrote,
+    inputs.Committed: Engine._on_committed,
+    inputs.CommitFailed: Engine._on_commit_failed,
+    inputs.CommitKept: Engine._on_commit_kept,
+    inputs.BrokersRead: Engine._on_brokers_read,
+    inputs.RunsAdopted: Engine._on_runs_adopted,
+    inputs.RunsFenced: Engine._on_runs_fenced,
+    inputs.JobsRead: Engine._on_jobs_read,
+    inputs.LinkRefused: Engine._on_link_refused,
+    inputs.Stopping: Engine._on_stopping,
+    ShellFigures: Engine._on_shell_figures,
 }
