@@ -167,3 +167,16 @@ def test_a_lapsed_broker_does_not_tell_the_others_its_runs_ended():
     assert b.engine.cluster.run_owners.get(RUN) == "ba"
     answer = pair.hello(b, "stage", sessionKind="stage", stage=PLAN)
     assert answer["code"] in ("run_elsewhere", "run_moving"), answer
+
+
+def test_a_link_made_anew_reads_the_conversations_queued_jobs_again():
+    """A broker met again after it was taken for gone (its lease ended while it lived,
+    cut from the database) links anew: jobs it committed for a conversation here while
+    unlinked went over no link, so they are read from the store."""
+    pair = Pair()
+    a, b = pair.nodes
+    pair.hello(b, "dest", agent="lys", channel="discord:2")
+    pair.seen[b].clear()
+    pair.link()
+    reads = [c for c in pair.seen[b] if isinstance(c, ReadJobs)]
+    assert ("lys", "discord:2") in [(r.agent, r.channel) for r in reads]

@@ -57,3 +57,22 @@ def test_the_id_of_an_entry_in_the_store_reused_for_another_message_is_refused()
     assert stored(bus) == [(OTHER_BROKERS_SEQ, "m-1")]
     stage(bus, "plan", PLAN)
     assert [m["message"] for m in bus.sends(b"plan", "msg")] == ["the first text"]
+
+
+def test_a_stage_back_on_a_new_connection_gets_again_what_it_had_not_acknowledged():
+    """Entries handed to a stage's old connection (lost with it: a blip, a partition)
+    are handed over again when its client comes back with its token on a new one;
+    acknowledged ones are not."""
+    from schemas.protocol import envelope
+    bus = hosted()
+    queue(bus, b"host", PLAN, "first", msg_id="m-1")
+    queue(bus, b"host", PLAN, "second", msg_id="m-2")
+    welcome = stage(bus, "plan", PLAN, instance="i-plan")
+    sent = bus.sends(b"plan", "msg")
+    assert [m["message"] for m in sent] == ["first", "second"]
+    bus.feed(b"plan", envelope("received", ids=[sent[0]["id"]]))      # the first is read
+    bus.commit()
+    bus.feed(b"plan-again", envelope("hello", id="h2", name="plan", sessionKind="stage",
+                                     stage=PLAN, instance="i-plan",
+                                     sessionId=welcome["sessionId"], token=welcome["token"]))
+    assert [m["message"] for m in bus.sends(b"plan-again", "msg")] == ["second"]

@@ -33,7 +33,7 @@ from broker.core.sessions.grants import admit_child, session_token
 from broker.core.sessions.presence import membership_changed, status_changed
 from broker.core.sessions.registry import Session, instance_tag
 from broker.core.workflow import held_sends as held
-from broker.core.workflow.stage_binding import bind, host_returned, stage_home
+from broker.core.workflow.stage_binding import bind, host_returned, reconnected, stage_home
 
 
 def hello(state: State, identity: bytes, current: Session | None, env: dict, re: str,
@@ -46,6 +46,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
             backlog.restart(current)
             connect.adopt_claimed(state, current, env)
             state.answer(current, re, welcome(state, current))
+            reconnected(state, current, now)
             return
         raise BusError("already_connected")
     name = env["name"].strip()
@@ -221,3 +222,4 @@ def _reattach(state: State, session: Session, identity: bytes, env: dict, re: st
     state.stats["sessions.reattached"] += 1
     state.note("session_reattached", session=session.id, name=session.name)
     state.answer(session, re, welcome(state, session))
+    reconnected(state, session, now)      # after the welcome: what its old link lost

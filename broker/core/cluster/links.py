@@ -247,6 +247,10 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
         cluster.by_link.pop(peer.identity, None)
     if peer.identity != identity:
         state.note("broker_linked", peer=broker_id, endpoint=peer.endpoint)
+        # A link made anew (a broker met again after it was taken for gone, or one
+        # restarted): jobs it committed for conversations here while unlinked were
+        # sent over no link.
+        conversations.read_jobs_again(state)
     peer.identity = identity
     peer.heard_at = now
     peer.hello_every_s = 0.0

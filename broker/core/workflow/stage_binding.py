@@ -16,7 +16,7 @@ Invariants:
 from __future__ import annotations
 
 from schemas.errors import BusError
-from schemas.names import ACKED, AUTO_GROUPS, DEFAULT_GROUP, PENDING, RUNNING
+from schemas.names import ACKED, AUTO_GROUPS, DEFAULT_GROUP, PENDING, RUNNING, SENT
 
 from broker.core.workflow import held_sends as held
 from broker.core.sessions.grants import check_stage
@@ -98,6 +98,20 @@ def bind(state: State, session: Session, run: Run, node: Node, transcript: str,
     for entry in state.sticky.matching(run.run_id, node):
         if entry.deliveries.get((node.key(), transcript)) != ACKED:
             hand_over(state, entry, node, session, now, before_start=True)
+
+
+def reconnected(state: State, session: Session, now: float) -> None:
+    """A bound stage's client came back on a new connection (a blip, a failover back):
+    the entries handed to its old connection and not acknowledged since are handed
+    over again, in order (its client drops copies by message id)."""
+    binding = session.binding
+    run = state.runs.get(binding.run_id) if binding is not None else None
+    node = run.node_by_key(binding.node_key) if run is not None else None
+    if node is None or node.session_id != session.id or not deliverable(node):
+        return
+    for entry in state.sticky.matching(run.run_id, node):
+        if entry.deliveries.get((node.key(), binding.transcript)) == SENT:
+            hand_over(state, entry, node, session, now, before_start=False, record=False)
 
 
 def unbind(state: State, session: Session) -> None:
