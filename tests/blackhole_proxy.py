@@ -37,6 +37,7 @@ class BlackholeProxy:
         self._wanted = True
         self._applied = threading.Event()
         self._closing = False
+        self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="blackhole-proxy", daemon=True)
         self._thread.start()
 
@@ -50,9 +51,11 @@ class BlackholeProxy:
 
     def close(self) -> None:
         self._closing = True
-        if self._thread.is_alive():
+        if self.failure is None and self._thread.is_alive():
             self._wake_w.send(b"x")
-            self._thread.join(5)
+        self._thread.join(5)
+        if self.failure is not None:
+            raise RuntimeError(f"the proxy's thread failed: {self.failure!r}")
 
     def _change(self, flowing: bool, timeout: float) -> None:
         if not self._thread.is_alive():
@@ -65,19 +68,25 @@ class BlackholeProxy:
 
     def _run(self) -> None:
         try:
-            while not self._closing:
-                for key, _ in self._selector.select():
-                    try:
-                        self._event(key)
-                    except (OSError, ValueError, KeyError):
-                        if key.data == "pump":
-                            self._forget(key.fileobj)   # that connection is gone
-                        elif key.data != "accept":      # (a client that gave up first)
-                            raise       # the proxy itself failed: the thread ends
+            self._loop()
+        except BaseException as exc:        # kept for close() to report
+            self.failure = exc
+            raise
         finally:
             for sock in [*self._peers, *self._held, self._listener, self._wake_r, self._wake_w]:
                 sock.close()
             self._selector.close()
+
+    def _loop(self) -> None:
+        while not self._closing:
+            for key, _ in self._selector.select():
+                try:
+                    self._event(key)
+                except (OSError, ValueError, KeyError):
+                    if key.data == "pump":
+                        self._forget(key.fileobj)   # that connection is gone
+                    elif key.data != "accept":      # (a client that gave up first)
+                        raise       # the proxy itself failed: the thread ends
 
     def _event(self, key: selectors.SelectorKey) -> None:
         if key.data == "wake":
