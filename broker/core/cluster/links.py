@@ -239,10 +239,11 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
         state.stats["link.hello_early"] += 1
         state.out.append(ReadBrokers())
         return
+    was_silent = peer is not None and peer.silent
     if peer is None:
         peer = _meet(state, broker_id, env["endpoint"], env["until"], now)
-    elif peer.silent:
-        _heard_again(state, peer, now)
+    elif was_silent:
+        _heard_again(state, peer, now)          # reads the jobs again itself
     if peer.identity is not None and peer.identity != identity:
         cluster.by_link.pop(peer.identity, None)
     if peer.identity != identity:
@@ -250,7 +251,8 @@ def _hello(state: State, identity: bytes, env: dict, now: float) -> None:
         # A link made anew (a broker met again after it was taken for gone, or one
         # restarted): jobs it committed for conversations here while unlinked were
         # sent over no link.
-        conversations.read_jobs_again(state)
+        if not was_silent:
+            conversations.read_jobs_again(state)
     peer.identity = identity
     peer.heard_at = now
     peer.hello_every_s = 0.0
