@@ -16,41 +16,41 @@ from .store_helpers import (NOW, conversation, draft_row, identity, job, lease, 
 # -- leases ------------------------------------------------------------------------------
 
 def test_live_brokers_counts_unexpired_leases_and_leaves_out_the_excluded_one(store):
-    store.apply([lease("me", NOW + 30), lease("other", NOW + 30), lease("dead", NOW - 1)])
+    store.apply([lease("me", NOW + 3000), lease("other", NOW + 3000), lease("dead", NOW - 1)])
     assert store.live_brokers(NOW) == 2
     assert store.live_brokers(NOW, exclude="me") == 1
 
 
 def test_a_renewed_lease_counts_until_its_new_expiry(store):
-    store.apply([lease("b1", NOW + 10)])
-    store.apply([lease("b1", NOW + 60, started_at=NOW + 50)])
-    assert store.live_brokers(NOW + 30) == 1
+    store.apply([lease("b1", NOW + 1000)])
+    store.apply([lease("b1", NOW + 6000, started_at=NOW + 5000)])
+    assert store.live_brokers(NOW + 3000) == 1
 
 
 def test_a_lease_on_an_endpoint_replaces_a_dead_predecessors_row_there(store):
-    store.apply([LeaseRenewed("old", 1, "ipc:///tmp/b.sock", NOW - 60, NOW + 30)])
-    store.apply([LeaseRenewed("new", 2, "ipc:///tmp/b.sock", NOW, NOW + 30)])
+    store.apply([LeaseRenewed("old", 1, "ipc:///tmp/b.sock", NOW - 60, NOW + 3000)])
+    store.apply([LeaseRenewed("new", 2, "ipc:///tmp/b.sock", NOW, NOW + 3000)])
     assert [row.broker_id for row in store.brokers(NOW)] == ["new"]
     assert store.live_brokers(NOW, exclude="new") == 0
 
 
 def test_brokers_lists_the_live_rows_oldest_start_first(store):
-    store.apply([lease("b2", NOW + 30, started_at=NOW + 1), lease("b1", NOW + 30),
+    store.apply([lease("b2", NOW + 3000, started_at=NOW + 100), lease("b1", NOW + 3000),
                  lease("dead", NOW - 1)])
     assert [(row.broker_id, row.endpoint) for row in store.brokers(NOW, exclude="me")] == \
         [("b1", "ipc:///tmp/b1.sock"), ("b2", "ipc:///tmp/b2.sock")]
 
 
 def test_a_lease_row_gives_back_the_curve_key_it_was_written_with(store):
-    store.apply([LeaseRenewed("curved", 1, "ipc:///tmp/c.sock", NOW, NOW + 30, "key-z85"),
-                 lease("plain", NOW + 30)])
-    store.apply([LeaseRenewed("curved", 1, "ipc:///tmp/c.sock", NOW, NOW + 60, "key-z85")])
+    store.apply([LeaseRenewed("curved", 1, "ipc:///tmp/c.sock", NOW, NOW + 3000, "key-z85"),
+                 lease("plain", NOW + 3000)])
+    store.apply([LeaseRenewed("curved", 1, "ipc:///tmp/c.sock", NOW, NOW + 6000, "key-z85")])
     assert [(row.broker_id, row.curve_public) for row in store.brokers(NOW)] == \
         [("curved", "key-z85"), ("plain", "")]
 
 
 def test_a_released_lease_is_no_longer_counted(store):
-    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30)])
+    store.apply([lease("b1", NOW + 3000), lease("b2", NOW + 3000)])
     store.apply([LeaseReleased("b1")])
     assert store.live_brokers(NOW, exclude="b2") == 0
 
@@ -122,7 +122,7 @@ def test_deleting_a_conversation_takes_its_recovery_row_and_queued_jobs_only(sto
 # -- session claims ----------------------------------------------------------------------
 
 def test_an_id_held_by_a_live_broker_is_refused_to_another_and_the_rest_of_the_batch_kept(store):
-    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), SessionClaimed("x", "b1", NOW)])
+    store.apply([lease("b1", NOW + 3000), lease("b2", NOW + 3000), SessionClaimed("x", "b1", NOW)])
     refused = store.apply([SessionClaimed("x", "b2", NOW), RunSaved("r1", {})])
     assert (refused, store.claims(), store.load().runs) == (
         [SessionClaimed("x", "b2", NOW)], {"x": "b1"}, [RunSaved("r1", {})])
@@ -130,7 +130,7 @@ def test_an_id_held_by_a_live_broker_is_refused_to_another_and_the_rest_of_the_b
 
 def test_an_id_is_claimed_from_a_broker_whose_lease_ended_or_that_the_claimant_saw_die(store):
     # Judged by the store's clock (on PostgreSQL the server's, whatever ``at`` says).
-    store.apply([lease("b1", NOW - 1), lease("b2", NOW + 300), lease("b3", NOW + 300),
+    store.apply([lease("b1", NOW - 1), lease("b2", NOW + 30000), lease("b3", NOW + 30000),
                  SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b2", NOW)])
     assert store.apply([SessionClaimed("x", "b3", NOW),
                         SessionClaimed("y", "b3", NOW, gone=["b2"])]) == []
@@ -138,7 +138,7 @@ def test_an_id_is_claimed_from_a_broker_whose_lease_ended_or_that_the_claimant_s
 
 
 def test_a_claim_with_a_secret_takes_the_id_only_if_its_identity_row_has_that_secret(store):
-    store.apply([lease("b1", NOW + 30), identity("x", NOW, "right")])
+    store.apply([lease("b1", NOW + 3000), identity("x", NOW, "right")])
     wrong, unknown = SessionClaimed("x", "b1", NOW, token_hash="wrong"), \
         SessionClaimed("never-saved", "b1", NOW, token_hash="right")
     assert store.apply([wrong, unknown]) == [wrong, unknown] and store.claims() == {}
@@ -151,7 +151,7 @@ def test_a_newer_hello_attempt_takes_an_id_from_a_live_holder_and_an_older_one_n
     the id, even from a live broker (the client moved there); a late one never takes it
     back, even from a broker the claimant saw die. Another instance is another process:
     the old rules alone decide (a live holder keeps the id)."""
-    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), lease("b3", NOW + 30),
+    store.apply([lease("b1", NOW + 3000), lease("b2", NOW + 3000), lease("b3", NOW + 3000),
                  SessionClaimed("x", "b1", NOW, attempt=100, instance="i")])
     assert store.apply([SessionClaimed("x", "b2", NOW, attempt=200, instance="i")]) == []
     assert store.claims() == {"x": "b2"}
@@ -171,7 +171,7 @@ def test_a_newer_hello_attempt_takes_an_id_from_a_live_holder_and_an_older_one_n
 
 
 def test_a_release_frees_only_the_releasing_brokers_claim(store):
-    store.apply([lease("b1", NOW + 30), lease("b2", NOW + 30), SessionClaimed("x", "b1", NOW)])
+    store.apply([lease("b1", NOW + 3000), lease("b2", NOW + 3000), SessionClaimed("x", "b1", NOW)])
     store.apply([SessionReleased("x", "b2")])
     assert store.claims() == {"x": "b1"}
     store.apply([SessionReleased("x", "b1")])
@@ -179,6 +179,6 @@ def test_a_release_frees_only_the_releasing_brokers_claim(store):
 
 
 def test_a_lease_renewal_forgets_the_claims_of_brokers_without_a_row(store):
-    store.apply([lease("b1", NOW + 30), SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b9", NOW)])
-    store.apply([lease("b1", NOW + 60)])
+    store.apply([lease("b1", NOW + 3000), SessionClaimed("x", "b1", NOW), SessionClaimed("y", "b9", NOW)])
+    store.apply([lease("b1", NOW + 6000)])
     assert store.claims() == {"x": "b1"}

@@ -203,7 +203,7 @@ _records = st.one_of(
     st.builds(IdentitySaved, st.sampled_from(["s1", "s2", "s3"]), st.none() | _names, _names,
               _names, _times),
     st.builds(LeaseRenewed, st.sampled_from(["b1", "b2"]), st.integers(1, 9), _names, _times,
-              st.sampled_from([NOW - 1, NOW + 60]), st.sampled_from(["", "curve-key"])),
+              st.sampled_from([NOW - 1, NOW + DAY]), st.sampled_from(["", "curve-key"])),
     st.builds(LeaseReleased, st.sampled_from(["b1", "b2"])),
     st.builds(RunSaved, _runs, st.dictionaries(_names, _plain, max_size=3)),
     st.builds(RunEnded, _runs),
