@@ -19,7 +19,7 @@ from pathlib import Path  # noqa: E402
 
 from schemas.bounds import BOUNDS
 from schemas.config import load_config
-from schemas.limits import ADOPT_GRACE_S, LEASE_S, LIVENESS_S, MIN_LIVENESS_S
+from schemas.limits import ADOPT_GRACE_S, LEASE_S, LIVENESS_S, MIN_LIVENESS_S, RECLAIM_WINDOW_S
 from schemas.paths import data_dir, database_path, ensure_data_dir, pub_endpoint, router_endpoint
 
 from .core import Limits
@@ -74,6 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f"{LIVENESS_S:g}, at least {MIN_LIVENESS_S:g}); clients learn it from the "
                         "welcome and heartbeat every third of it; brokers on one database "
                         "should share it")
+    parser.add_argument("--reclaim-window-s", type=_positive_float, default=RECLAIM_WINDOW_S,
+                        metavar="SECONDS", help="how long the messages a session's client had "
+                        "not acknowledged wait for it after it ended (a client that takes its id "
+                        "back gets them) before their senders are told undelivered (default "
+                        f"{RECLAIM_WINDOW_S:g})")
     parser.add_argument("--adopt-grace-s", type=_positive_float, default=ADOPT_GRACE_S,
                         metavar="SECONDS", help="how long a dead broker's workflow runs wait "
                         "for their host to fail over to some broker, which then takes them, "
@@ -131,7 +136,8 @@ def limits_from(args: argparse.Namespace, config) -> Limits:
               for bound in BOUNDS}
     return Limits(max_pending_asks=config.maxPendingAsks, ask_timeout_s=config.askTimeout,
                   host_lease_s=args.host_lease_s or args.lease_s, liveness_s=args.liveness_s,
-                  adopt_grace_s=args.adopt_grace_s, **chosen)
+                  adopt_grace_s=args.adopt_grace_s, reclaim_window_s=args.reclaim_window_s,
+                  **chosen)
 
 
 def database_from(args: argparse.Namespace, config, base: Path) -> Path | str:

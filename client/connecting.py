@@ -91,7 +91,8 @@ class Client:
                 curve_secret_key: str | None = None,
                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
                 persistent: bool = True, cwd: str | os.PathLike | None = None,
-                auto_start: bool = True, act_for: dict | None = None) -> Session:
+                auto_start: bool = True, act_for: dict | None = None,
+                keep_until: str = "read") -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``endpoint`` is one broker's ROUTER endpoint or several (a list, or text with
@@ -139,7 +140,16 @@ class Client:
         session's ``intercom_session_identity`` entry) it makes ``reply``,
         ``pending``, ``join`` and ``leave`` for that session; see
         ``broker.core.sessions.control``.
+
+        ``keep_until`` says when the broker may forget a live message sent to this
+        session: ``"read"`` (default; this client has it) or ``"seen"`` (the program
+        took it: :meth:`Session.receive` or, with ``keep_until="seen"``, an explicit
+        :meth:`Session.mark_seen`). Until then a message is sent again when the session
+        comes back after a blip, a failover or a restart of this process with the same
+        ``identity`` (see :meth:`Session.receipt`).
         """
+        if keep_until not in ("read", "seen"):
+            raise ValueError("keep_until must be 'read' or 'seen'")
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
         if act_for is not None and kind != CONTROL:
@@ -179,7 +189,7 @@ class Client:
                           history=History(history, history_file), curve=curve,
                           inbox_limit_bytes=inbox_limit_bytes, channel=channel,
                           persistent=persistent, cwd=working_directory(cwd),
-                          act_for=act_for)
+                          act_for=act_for, keep_until=keep_until)
         session._wait_welcome(timeout)
         return session
 

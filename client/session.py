@@ -74,7 +74,7 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
                  curve: CurveKeys | None = None,
                  inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
                  persistent: bool = True, cwd: str | None = None,
-                 act_for: dict | None = None) -> None:
+                 act_for: dict | None = None, keep_until: str = "read") -> None:
         self.name = name
         self.cwd = cwd                   # shown in list rows (see client.connecting)
         self.endpoint = endpoint if isinstance(endpoint, str) else endpoint[0]
@@ -94,6 +94,9 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
         self._channel = channel          # the channel id asked for (None: internal:<id>)
         self._persistent = persistent
         self._act_for = act_for          # a control connection's: the session it acts for
+        # "seen": the broker keeps each message until mark_seen() says the program has it
+        # (the MCP server: a tool result carried it); "read": receive() says it.
+        self._keep_until = keep_until
         self._turns = Turns()            # guarded by _turn_lock
         self._turn_lock = threading.Lock()
         self.id: str | None = session_id
@@ -142,6 +145,7 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
             "stage": self._stage, "statusSuffix": self.config.status,
             "transcript": self._transcript,
             "notifyUndeliverable": self._notify_undeliverable,
+            "keepUntil": self._keep_until if self._keep_until != "read" else None,
             "grant": self._grant,
             "channel": self._channel, "persistent": self._persistent, "cwd": self.cwd,
             "instance": self._instance, "attempt": self._next_attempt(),
@@ -252,6 +256,8 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
         timeout = params.pop("timeout", None) if action == "ask" else None
         if "timeout" in params:
             return error_reply("invalid_params", detail="timeout applies to ask only")
+        if action == "status" and "messageId" in params:
+            return self.receipt(params["messageId"])
         if action == "status" and not self._closed:
             return self._status(params)
         if (self.config.confirmSend and self.confirm is not None and self.kind == "interactive"
@@ -433,6 +439,8 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
             msg["attachments"] = []
         msg["body"] = render_body(msg, self.config.replyHint)
         self._current = msg
+        if self._keep_until == "read":
+            self._transport.saw(msg["id"])
         if msg.get("expectsReply"):
             self._received_epoch[msg["id"]] = self._broker_epoch
             if len(self._received_epoch) > _RECEIVED_ASKS:
@@ -446,8 +454,27 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
             self._transport.post(envelope("received", ids=[msg["id"]]))
         return msg
 
+    def mark_seen(self, message_id: str) -> None:
+        """The program or model has message ``message_id`` and every message received
+        before it (for ``keep_until="seen"``: until then the broker keeps them for this
+        session's next connection or process). :meth:`receive` says it by itself
+        otherwise."""
+        self._transport.saw(message_id)
+
+    def receipt(self, message_id: str) -> dict[str, Any]:
+        """What became of a message this session sent (its ``messageId``): ``state`` is
+        ``delivered`` (handed to the receiver's connection), ``read`` (its client has
+        it), ``seen`` (handed to its program or model), ``replied`` or ``undelivered``
+        (``reason``: ``session_ended``, ``bound_reached`` or ``never_seen``), with the
+        time each was reached (``deliveredAt``, ``readAt``, ``seenAt``, ``repliedAt``,
+        ``undeliveredAt``; None until then). A message that was queued for a stage,
+        someone else's, or older than the broker keeps answers ``unknown_message``."""
+        if not isinstance(message_id, str) or not message_id:
+            return error_reply("invalid_params", detail="message_id must be a non-empty string")
+        return self._call("call", {"action": "status", "messageId": message_id})
+
     def next_event(self, timeout: float | None = None) -> dict | None:
-        """The next in-band presence event, or None on timeout."""
+        """The next in-band event (presence, ``undelivered``, ...), or None on timeout."""
         event = self._events.take(timeout)
         if event is not None:
             event.pop("v", None)

@@ -229,6 +229,10 @@ class Transport:
         if not self._waker.pending:
             self._waker.wake()
 
+    def saw(self, message_id: str) -> None:
+        """The program took ``message_id`` (any thread): told in a coming heartbeat."""
+        self._protocol.seen_through = message_id
+
     def resync(self) -> None:
         """From ``on_welcome`` only: say hello again (see ClientProtocol.resync)."""
         self._protocol.resync()

@@ -58,6 +58,12 @@ def event(name: str, **fields: Any) -> dict[str, Any]:
     return env
 
 
+def undelivered(message_id: str, to: str, to_name: str, reason: str) -> dict[str, Any]:
+    """To a message's sender: its live message ``message_id`` never reached ``to``."""
+    return {"v": _V, "k": "event", "event": "undelivered", "messageId": message_id, "to": to,
+            "toName": to_name, "reason": reason}
+
+
 def presence(name: str, row: dict[str, Any], group: str | None = None) -> dict[str, Any]:
     """A presence event about the session whose public ``row`` is given."""
     env = {"v": _V, "k": "event", "event": name, "session": row}

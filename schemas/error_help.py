@@ -146,6 +146,8 @@ HELP: dict[str, str] = {
     "too_many_asks": "Wait for one of the pending asks to be answered or to time out.",
     "no_pending_ask": "Nothing to reply to; use `send` to start a new message.",
     "reply_ambiguous": "Pass `replyTo` (a message id from `intercom pending`) or `to`.",
+    "unknown_message": "Ask with the messageId a send or ask of yours answered, within the "
+                       "hour; older receipts are forgotten.",
     "unknown_thread": "Check the id with `intercom pending`; the ask may have ended.",
     "thread_sender_mismatch": "Pass the `to` that sent the message, or leave `to` out.",
     "stale_turn": "Reply to a pending ask instead (`intercom pending`), or send a new "

@@ -168,6 +168,8 @@ _TABLE = [
     ErrorSpec("too_many_asks", "state", "Too many pending asks (limit {limit}); wait for one to finish", LATER),
     ErrorSpec("no_pending_ask", "state", "No unresolved inbound ask to reply to"),
     ErrorSpec("reply_ambiguous", "state", "Several asks are pending ({count}); pass to or replyTo (see intercom pending)"),
+    ErrorSpec("unknown_message", "state", "No receipt of message {message_id!r} is kept for "
+              "you: it is not one you sent, or it is older than the receipts a broker keeps"),
     ErrorSpec("unknown_thread", "state", "No unresolved inbound ask or current message matches replyTo {reply_to!r}"),
     ErrorSpec("thread_sender_mismatch", "state", "replyTo {reply_to!r} was not sent by {to!r}"),
     ErrorSpec("stale_turn", "state", "The message of this turn ({id!r}) can no longer be answered: "

@@ -112,6 +112,9 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("transcript", _STR_OR_NULL, "a stage's transcript: the same one means no duplicates"),
         _f("statusSuffix", _STR_OR_NULL, "configured status suffix"),
         _f("notifyUndeliverable", (bool, _NONE), "send undeliverable notices for sticky entries"),
+        _f("keepUntil", _STR_OR_NULL, "when the broker may forget a live message sent to this "
+           "session: ``read`` (default: once the client reports it read) or ``seen`` (once the "
+           "client reports it handed to the program or model with ``seenThrough``)", max_len=16),
         _f("grant", _STR_OR_NULL, "the grant a stage or a child got from its launcher"),
         _f("channel", _STR_OR_NULL, "an agent session's channel id (default internal:<session id>)",
            max_len=MAX_CHANNEL_CHARS),
@@ -229,7 +232,10 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          "most 1 s) without sending; answered with ``hb``. Also sent whenever ``read`` has "
          "grown by an eighth of the welcome's ``backlogBytes``.", (
         _f("read", int, "bytes of frames this connection has read since its hello "
-           "(the broker's backlog bound counts sent minus read)"),
+           "(the broker's backlog bound counts sent minus read; a live message is read once "
+           "every byte up to its frame is)"),
+        _f("seenThrough", str, "the id of the newest message handed to the program or model: "
+           "it and every message delivered to this session before it are seen", max_len=ID_MAX),
     )),
 )
 
@@ -277,7 +283,7 @@ BROKER_KINDS: tuple[Kind, ...] = (
     )),
     Kind("event", BROKER, "An in-band event: presence (``session_joined``, "
          "``session_left``, ``presence_update`` with the session's row), "
-         "``undeliverable``, ``memberships_changed`` (a control connection acting for this "
+         "``undeliverable``, ``undelivered`` (a live message this session sent never reached its receiver: see PROTOCOL.md, Receipts), ``memberships_changed`` (a control connection acting for this "
          "session changed its memberships: ``groups`` holds them now), ``output`` (a respond to this session's channel; also "
          "published on PUB, topic ``channel:<channel id>``), ``output_acked`` (an output "
          "this session sent was acknowledged) or ``invocation`` (a turn "
@@ -292,10 +298,14 @@ BROKER_KINDS: tuple[Kind, ...] = (
            max_len=None),
         _f("leftGroups", list, "PUB presence_update in a kept group: the groups lost",
            max_len=None),
-        _f("messageId", str, "undeliverable: the sticky message", max_len=ID_MAX),
+        _f("messageId", str, "undeliverable: the sticky message; undelivered: the live "
+           "message", max_len=ID_MAX),
         _f("runId", str, "undeliverable: its run", max_len=None),
         _f("target", str, "undeliverable: its target", max_len=None),
-        _f("reason", str, "undeliverable: why; invocation: the caller's reason"),
+        _f("to", str, "undelivered: the receiving session's id"),
+        _f("toName", str, "undelivered: its name"),
+        _f("reason", str, "undeliverable: why; undelivered: session_ended, bound_reached or "
+           "never_seen; invocation: the caller's reason"),
         _f("channel", str, "output: the channel id", max_len=MAX_CHANNEL_CHARS),
         _f("content", str, "output: the text", max_len=None),
         _f("attachments", list, "output: [{path, altText?}]", max_len=None),

@@ -51,6 +51,17 @@ MIN_LIVENESS_S = 0.5               # the shortest liveness window a broker takes
 # failover step).
 ADOPT_GRACE_S = 10.0
 ADOPT_RETRY_S = 5.0                # an adoption not answered this long is asked again
+# Receipts (PROTOCOL.md "Receipts"): a live message is kept until its receiver's client
+# has it (``seen`` for a session that asks so); a session that ends keeps its unacknowledged
+# messages this long for a client that takes its id back (--reclaim-window-s), and only
+# then are they reported undelivered. A broker answers receipts for between half and all
+# of the last RECEIPTS_KEPT messages it delivered, none older than RECEIPT_KEEP_S.
+RECLAIM_WINDOW_S = 60.0
+RECEIPTS_KEPT = 65_536
+RECEIPT_KEEP_S = 3_600.0
+MAX_KEPT_BYTES = 64 << 20          # kept messages of sessions that ended, broker-wide
+READ_TRACKED = 4096                # read, not yet seen batches tracked per session
+ACK_DELAY_S = 0.25                 # a client reports what it read or showed this soon
 CALL_TIMEOUT_S = 10.0              # client waits this long for a non-ask answer
 WAIT_TIMEOUT_S = 60.0              # the MCP server's wait tool: default timeout_s
 MAX_WAIT_TIMEOUT_S = 300.0         # ... and its largest

@@ -43,6 +43,9 @@ INTERCOM_SCHEMA: dict[str, Any] = {
         "replyTo": {"type": "string", "maxLength": 128,
                     "description": "Exact message id or unique 8-hex prefix of an unresolved inbound ask"},
         "group": {"type": "string", "maxLength": MAX_GROUP_CHARS},
+        "messageId": {"type": "string", "minLength": 1, "maxLength": 128,
+                      "description": "status only: a message you sent; answers its receipt "
+                                     "(delivered, read, seen, replied or undelivered)"},
         "timeout": {"type": "number", "exclusiveMinimum": 0,
                     "description": "ask only: seconds to wait for the reply (default 600)"},
     },

@@ -25,7 +25,7 @@ from broker.core.agents import conversations, invoke_actions as invoking
 from broker.core.agents.registry import welcome_fields
 from broker.core.kernel.lifecycle import SessionOpened, emit
 from broker.core.kernel.state import State
-from broker.core.messaging import ask_actions as asking
+from broker.core.messaging import ask_actions as asking, receipts
 from broker.core.runs.paths import path_run
 from broker.core.sessions import backlog, connect, control
 from broker.core.sessions.authority import check_claimed
@@ -47,6 +47,7 @@ def hello(state: State, identity: bytes, current: Session | None, env: dict, re:
             connect.adopt_claimed(state, current, env)
             state.answer(current, re, welcome(state, current))
             reconnected(state, current, now)
+            receipts.send_again(state, current)
             return
         raise BusError("already_connected")
     name = env["name"].strip()
@@ -144,6 +145,7 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
         parent_id=parent_id,
         status_suffix=env.get("statusSuffix"),
         notify_undeliverable=env.get("notifyUndeliverable", True) is not False,
+        keep_until=receipts.SEEN if env.get("keepUntil") == receipts.SEEN else "read",
         connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=peer,
         cwd=env.get("cwd"), attempt=connect.hello_attempt(env),
         attempt_of=instance_tag(env.get("instance")))
@@ -223,3 +225,4 @@ def _reattach(state: State, session: Session, identity: bytes, env: dict, re: st
     state.note("session_reattached", session=session.id, name=session.name)
     state.answer(session, re, welcome(state, session))
     reconnected(state, session, now)      # after the welcome: what its old link lost
+    receipts.send_again(state, session)

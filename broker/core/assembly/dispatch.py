@@ -24,7 +24,7 @@ from schemas.limits import PROTOCOL_VERSION
 from broker.core.assembly import arrival
 from broker.core.sessions import acting, authority, connect, control, grants, membership, presence
 from broker.core.workflow.overview import overview
-from broker.core.messaging import ask_actions
+from broker.core.messaging import ask_actions, receipts
 from broker.core.workflow import closed_stages
 from broker.core.agents import conversations, invoke_actions as invoking
 from broker.core.cluster import (changes, claims, ownership, placement, remote_conversations,
@@ -108,7 +108,7 @@ KINDS: dict[str, KindHandler] = {
     "reset": conversations.reset,
     "delete": conversations.delete,
     "bye": connect.bye,
-    "hb": connect.heartbeat,
+    "hb": receipts.heartbeat,
 }
 
 ACTIONS: dict[str, ActionHandler] = {
@@ -116,7 +116,7 @@ ACTIONS: dict[str, ActionHandler] = {
     "groups": membership.list_groups,
     "join": membership.join,
     "leave": membership.leave,
-    "status": membership.status,
+    "status": receipts.status,
     "send": messaging.send,
     "ask": messaging.ask,
     "reply": messaging.reply,
@@ -135,10 +135,11 @@ WORKFLOW_OPS: dict[str, Callable[..., "dict[str, Any] | None"]] = {
 # Who hears each lifecycle event (broker.core.kernel.lifecycle), in this order: a
 # session's groups hear it left before its asks fail and its stage is unbound.
 LIFECYCLE: dict[type, tuple] = {
-    SessionOpened: (changes.session_opened,),
+    SessionOpened: (receipts.session_opened, changes.session_opened),
     SessionLeft: (presence.session_left, ask_actions.session_left, stages.session_left,
                   closed_stages.session_left, conversations.session_left,
-                  remote_conversations.session_left, changes.session_left),
+                  remote_conversations.session_left, receipts.session_left,
+                  changes.session_left),
     ControlLeft: (ask_actions.session_left, changes.session_left),
     SessionChanged: (changes.session_changed,),
     RunChanged: (changes.run_changed,),

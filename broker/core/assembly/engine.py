@@ -36,7 +36,7 @@ from schemas.errors import BusError
 from schemas.limits import LEASE_S, STATS_TOP_DEFAULT
 from schemas.names import FAILED, QUEUED, STARTED
 
-from broker.core.messaging import ask_actions as asking
+from broker.core.messaging import ask_actions as asking, receipts
 from broker.core.sessions import backlog, connect, departures
 from broker.core.workflow import hosting, stage_binding as stages
 from broker.core.agents import invoke_actions as invoking
@@ -253,6 +253,7 @@ class Engine:
         for session in backlog.wrote(state, wrote.counts):
             state.stats["sessions.not_reading"] += 1
             connect.disconnect(state, session, "not reading", now)
+        receipts.written(state, wrote.counts)
         return self._flush()
 
     def _on_bad_frame(self, bad: inputs.BadFrame) -> list[Command]:
@@ -295,6 +296,8 @@ class Engine:
         departures.refill(state)
         departures.tell(state)
         asking.expire(state, now)
+        if state.receipts.parked:
+            receipts.expire(state)
         invoking.recheck(state, now)
         if state.cluster.others:
             links.tick(state, now)

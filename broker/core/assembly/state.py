@@ -19,6 +19,7 @@ from broker.core.kernel.bounded import RecentMap
 from broker.core.kernel.state import State
 from broker.core.messaging.ask_table import AskTable
 from broker.core.messaging.dedup import MessageIds
+from broker.core.messaging.receipts import Receipts
 from broker.core.sessions.departures import Departures
 from broker.core.sessions.grants import UsedGrants
 from broker.core.sessions.identity_table import IdentityTable
@@ -44,6 +45,8 @@ class BrokerState(State):
     recent: dict[str, RecentMap[str, str]] = field(default_factory=dict)
     # Threads (ask or message ids) each session has replied to lately.
     answered: dict[str, RecentMap[str, bool]] = field(default_factory=dict)
+    # Live messages' receipts, and what ended sessions' clients did not have yet.
+    receipts: Receipts = field(default_factory=Receipts)
     # -- workflow
     runs: dict[str, Run] = field(default_factory=dict)
     sticky: StickyQueues = field(default_factory=StickyQueues)

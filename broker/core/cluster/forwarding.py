@@ -59,11 +59,17 @@ def hand(state: State, session: Session, broker_id: str, name: str, env: dict,
         raise BusError("broker_unreachable", name=name, broker=broker_id)
     mine = state.cluster.forwarded.setdefault(session.id, {})
     kept = env if again else None
+    if env.get("k") in _MESSAGES:         # their receipts are that broker's
+        state.receipts.elsewhere.put_all([i for i in ids if i.__class__ is str],
+                                         value=(broker_id, session.id))
     for request_id in ids:
         if request_id.__class__ is str:
             mine[request_id] = Forwarded(broker_id, name, kept)
     state.stats["forwarded"] += 1
     state.out.append(LinkSend(broker_id, [envelopes.forward(session.id, env)]))
+
+
+_MESSAGES = frozenset({"call", "sends", "supervisor"})
 
 
 def answered(state: State, session: Session, env: dict) -> None:

@@ -56,6 +56,7 @@ from schemas.names import PRESENCE_EVENTS
 
 from broker.core.cluster import remote_conversations as conversation_mirrors, forwarding, mirrors, ownership, remote_listing
 from broker.core.agents import conversations, invoke_actions as invoking, respond_action as respond
+from broker.core.messaging import receipts
 from broker.core.cluster.peers import Peer, link_row, mirror_of
 from broker.core.kernel.commands import LinkClose, LinkOpen, LinkSend, ReadBrokers, Send
 from broker.core.kernel.records import LeaseRenewed
@@ -291,6 +292,11 @@ def _presence(state: State, peer: Peer, env: dict, now: float) -> None:
             state.stats["sessions.moved"] += 1
             disconnect(state, moved, "moved", now)
         mirrors.upsert(state, peer, row, now)
+        if state.receipts.parked and row.__class__ is dict:
+            mirror = state.registry.by_id.get(row.get("id"))
+            if mirror is not None and mirror.broker == peer.broker_id:
+                # Its client took its id back there: what it did not have goes too.
+                receipts.moved_to(state, mirror.id, peer.broker_id)
 
 
 def _forward(state: State, peer: Peer, env: dict, now: float) -> None:
@@ -311,10 +317,13 @@ def _relay(state: State, peer: Peer, env: dict, now: float) -> None:
         return
     inner = env["env"]
     kind = inner.get("k")
-    if kind == "msg" and inner.get("expectsReply") is False and isinstance(inner.get("id"), str):
-        state.recent_for(session)[inner["id"]] = inner.get("from")
+    if kind == "msg" and isinstance(inner.get("id"), str):
+        if inner.get("expectsReply") is False:
+            state.recent_for(session)[inner["id"]] = inner.get("from")
+        receipts.relayed(state, session, inner)
     elif kind == "msgs" and isinstance(inner.get("ids"), list):
         state.recent_for(session).put_all(inner["ids"], value=inner.get("from"))
+        receipts.relayed(state, session, inner)
     elif kind == "event" and inner.get("event") == "output":
         respond.relayed(state, session, inner)
     else:

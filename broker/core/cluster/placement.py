@@ -24,6 +24,8 @@ What moves, by kind:
                       owner of a dormant run whose subagent ``to`` names. A send with
                       ``replyTo`` stays: the thread is in the replier's own tables.
 ``sends``             as a send, for the one target of the batch
+``call`` status       with ``messageId``: the broker that delivered that message (it
+                      keeps the receipt, broker.core.messaging.receipts)
 ``supervisor``        the broker of the asker's parent, when the parent is a mirror
 ``workflow``          the run's owner; parked when the run is an orphan
 ``hello`` (stage)     refused ``run_moving`` when the stage's run is an orphan (its
@@ -79,6 +81,8 @@ def place(state: State, session: Session | None, kind: str, env: dict) -> Placem
         action = env.get("action")
         if action == "ask" or (action == "send" and env.get("replyTo") is None):
             return _for_target(state, session, env.get("to"), action)
+        if action == "status" and env.get("messageId").__class__ is str:
+            return _for_receipt(state, session, env["messageId"])
         return None
     if kind == "sends":
         return _for_target(state, session, env.get("to"), "send")
@@ -135,6 +139,15 @@ def _for_target(state: State, session: Session, to: object, verb: str) -> Placem
     if kind is Mirror or (kind is ClosedStageHost and target.session.broker is not None):
         return Forward(target.session.broker, target.session.name)
     return None
+
+
+def _for_receipt(state: State, session: Session, msg_id: str) -> Placement:
+    """A message this session sent to another broker's session: that broker keeps its
+    receipt (see broker.core.messaging.receipts)."""
+    where = state.receipts.elsewhere.get(msg_id)
+    if where is None or where[1] != session.id or msg_id in state.receipts.by_id:
+        return None
+    return Forward(where[0], msg_id)
 
 
 def _for_run(state: State, run_id: object) -> Placement:

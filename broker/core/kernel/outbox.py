@@ -24,7 +24,7 @@ def render(commands: list[Command]) -> list[Command]:
     for command in commands:
         kind = command.__class__
         if kind is Deliver:
-            append(Send(command.identity, _delivery(command)))
+            append(Send(command.identity, delivery(command)))
         elif kind is Answer:
             value = command.value
             if value.__class__ is BusError or isinstance(value, BusError):
@@ -49,7 +49,8 @@ def render(commands: list[Command]) -> list[Command]:
     return out
 
 
-def _delivery(d: Deliver) -> dict:
+def delivery(d: Deliver) -> dict:
+    """The ``msg`` or ``msgs`` envelope of ``d``."""
     if d.attachments is not None:
         return envelopes.msg(d.ids[0], d.sender_id, d.sender_name, d.texts[0],
                              d.attachments or [], d.sent_at, d.expects_reply, d.extra)

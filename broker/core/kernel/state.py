@@ -68,6 +68,7 @@ class Limits:
     host_lease_s: float = limits.LEASE_S   # a run whose host left stays as it was this long
     adopt_grace_s: float = limits.ADOPT_GRACE_S   # a dead broker's runs wait this long for their host
     max_identities: int = limits.MAX_IDENTITIES   # who held which id, remembered (see identities)
+    reclaim_window_s: float = limits.RECLAIM_WINDOW_S   # kept messages wait this long for a session
 
 
 OnDone = Callable[[float], None]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.core.agents.activity import touch
+from broker.core.messaging import receipts
 from broker.core.sessions.backlog import ITEM_BYTES, handed, text_bytes
 from broker.core.kernel.commands import Deliver
 from broker.core.sessions.registry import Session
@@ -21,16 +22,20 @@ from broker.core.kernel.state import State
 
 def deliver(state: State, sender_id: str, sender_name: str, target: Session, msg_id: str,
             message: str, attachments: list, sent_at: float, *, expects_reply: bool = False,
-            extra: dict[str, Any] | None = None) -> None:
-    """One message for ``target``; ``extra`` holds the optional declared ``msg`` fields."""
+            extra: dict[str, Any] | None = None, keep: bool = True) -> None:
+    """One message for ``target``; ``extra`` holds the optional declared ``msg`` fields.
+    ``keep`` False: a queued entry, which its queue sends again (it gets a receipt only)."""
     if not expects_reply:
         state.recent_for(target)[msg_id] = sender_id
     if target.agent is not None:
         touch(state, target)
     state.stats["messages.routed"] += 1
-    handed(target, (text_bytes([message]) if message.__class__ is str else 0) + ITEM_BYTES)
-    state.out.append(Deliver(target.identity, sender_id, sender_name, sent_at, [msg_id],
-                             [message], attachments or [], expects_reply, extra))
+    size = (text_bytes([message]) if message.__class__ is str else 0) + ITEM_BYTES
+    handed(target, size)
+    command = Deliver(target.identity, sender_id, sender_name, sent_at, [msg_id], [message],
+                      attachments or [], expects_reply, extra)
+    receipts.delivered(state, target, command, size, keep)
+    state.out.append(command)
 
 
 def deliver_texts(state: State, sender: Session, target: Session, ids: list[str],
@@ -40,5 +45,8 @@ def deliver_texts(state: State, sender: Session, target: Session, ids: list[str]
     if target.agent is not None:
         touch(state, target)
     state.stats["messages.routed"] += len(ids)
-    handed(target, text_bytes(texts) + ITEM_BYTES * len(texts))
-    state.out.append(Deliver(target.identity, sender.id, sender.name, state.wall, ids, texts))
+    size = text_bytes(texts) + ITEM_BYTES * len(texts)
+    handed(target, size)
+    command = Deliver(target.identity, sender.id, sender.name, state.wall, ids, texts)
+    receipts.delivered(state, target, command, size)
+    state.out.append(command)

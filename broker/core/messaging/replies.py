@@ -27,6 +27,7 @@ from schemas.errors import BusError
 from schemas.limits import PREFIX_LEN
 
 from broker.core.messaging.ask_table import Ask
+from broker.core.messaging import receipts
 from broker.core.messaging.delivery import deliver
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
@@ -39,7 +40,9 @@ def reply(state: State, session: Session, params: dict, turn: str | None, re: st
     """Answer the thread ``params`` and ``turn`` select. Raises BusError."""
     message, attachments = body("reply", params)
     ask, ordinary = _thread(state, session, params, turn)
-    state.answered_by(session)[ask.id if ask is not None else ordinary[0]] = True
+    thread = ask.id if ask is not None else ordinary[0]
+    state.answered_by(session)[thread] = True
+    receipts.replied(state, session, thread)
     if ask is not None:
         state.asks.close(ask)
         answer = {"from": session.id, "fromName": session.name, "message": message,

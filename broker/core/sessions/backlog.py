@@ -116,7 +116,8 @@ def handed(target: Session, size: int) -> None:
 
 
 def unread(target: Session) -> int:
-    return target.sent_bytes + target.pending_bytes - target.read_bytes
+    """Bytes sent and not read yet, and (keep_until "seen") read and not seen yet."""
+    return target.sent_bytes + target.pending_bytes - target.read_bytes + target.unseen_bytes
 
 
 def room(state: State, target: Session) -> int:

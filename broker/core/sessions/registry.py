@@ -71,6 +71,14 @@ class Session:
     # Targets its pipelined sends were refused target_backlogged for, and the first
     # id refused: later sends wait behind that one (broker.core.sessions.backlog).
     latches: dict | None = None
+    # Live messages not yet seen, in delivery order, as the messaging room's receipts
+    # batches (broker.core.messaging.receipts): the first ``kept_read`` are read. With
+    # keep_until "seen" the read ones are kept too, and their bytes (``unseen_bytes``)
+    # count against the backlog bound.
+    keep_until: str = "read"
+    kept: Any = None
+    kept_read: int = 0
+    unseen_bytes: int = 0
     serial: int = 0                         # the registry's count when it was added
     # A control connection's: the session it acts for, and the broker's operator (acting)
     acts_for: str | None = None

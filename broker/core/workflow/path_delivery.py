@@ -221,7 +221,7 @@ def hand_over(state: State, entry: Entry, node: Node, session: Session, now: flo
     if before_start:
         extra["receivedBeforeStart"] = True
     deliver(state, entry.sender_id, entry.sender_name, session, entry.message_id,
-            entry.message, entry.attachments, entry.sent_at, extra=extra)
+            entry.message, entry.attachments, entry.sent_at, extra=extra, keep=False)
     if record:
         transcript = session.binding.transcript if session.binding else session.id
         entry.deliveries[(node.key(), transcript)] = SENT
