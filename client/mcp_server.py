@@ -18,6 +18,15 @@ over. Unless ``--no-push``, each arrival is also pushed as
 Tool calls that block (``intercom`` and the others run on worker threads; ``wait``
 on the event loop) report ``notifications/progress`` every PROGRESS_S when the
 request carried a progress token.
+
+Receipts: the session says ``keepUntil: "seen"``, and a message is reported seen
+(:meth:`client.session.Session.mark_seen`) only once a tool result carried it. So
+what this process took off the bus and never handed over stays in the broker's
+keeping when it exits, however it exits (stdin closed, SIGTERM, SIGKILL), and goes to
+the next server process of the same name: it takes the id back from the history file
+(waiting out the liveness window once if the old process's session still looks alive,
+see :func:`connect`), and the broker sends it everything not seen. If none comes
+within the broker's reclaim window, the senders are told ``undelivered``.
 """
 
 from __future__ import annotations
@@ -37,8 +46,9 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from schemas.errors import error_reply
-from schemas.limits import WAIT_TIMEOUT_S
+from schemas.limits import LIVENESS_S, WAIT_TIMEOUT_S
 from schemas.paths import ensure_data_dir
+from schemas.welcome import HOLDER_LIVE
 from schemas.tools import INTERCOM_SCHEMA, INVOKE_SCHEMA, RESPOND_SCHEMA, WAIT_SCHEMA, validate
 
 from .connecting import Client
@@ -50,6 +60,7 @@ CHANNEL_CAPABILITY = "claude/channel"
 CHANNEL_METHOD = "notifications/claude/channel"
 PROGRESS_S = 5.0          # progress at least this often on a long call (hosts ask for <= 10 s)
 RECEIVE_POLL_S = 0.25     # the receiving thread looks for the stop flag this often
+RECLAIM_MARGIN_S = 0.5    # past the liveness window: the broker's sweep runs in between
 _log = logging.getLogger("intercom.mcp")
 
 
@@ -172,6 +183,9 @@ class Bridge:
     def _hand_over(self) -> list[dict]:
         taken = self.handover.take()
         self._room.set()
+        if taken:
+            # In a tool result from here on: seen, with everything that came before.
+            self.session.mark_seen(taken[-1]["id"])
         return taken
 
     async def _intercom(self, ctx: Any, args: dict) -> dict:
@@ -236,6 +250,34 @@ async def serve(session: Session, *, push: bool, with_agent: bool) -> None:
         await asyncio.to_thread(receiver.join, 2 * RECEIVE_POLL_S + 1.0)
 
 
+def connect(args: Any) -> Session:
+    """The server's session, under the id its history file names when it can have it.
+
+    A host that killed the previous server process (Claude Code does) and started this
+    one at once finds that process's session still live at the broker until its
+    liveness window passes: the broker then gives a fresh id, and what it kept for the
+    old one would never reach this process. So once, when the id was refused because a
+    live session holds it, this waits out that window and asks again; a second server of
+    the same name that really runs beside this one keeps the fresh id (as before).
+    Raises ConnectError, OSError, ValueError."""
+    path = history_path(args.name, args.history_file)
+    identity = read_identity(path)
+
+    def open_session() -> Session:
+        return Client.connect(name=args.name, endpoint=args.endpoint, group=args.group,
+                              agent=args.agent, channel=args.channel, identity=identity,
+                              history_file=path, keep_until="seen")
+
+    session = open_session()
+    if identity is None or session.welcome.get("reclaimed") is not False or \
+            session.welcome.get("reason") != HOLDER_LIVE:
+        return session
+    wait_s = float(session.welcome.get("livenessS") or LIVENESS_S) + RECLAIM_MARGIN_S
+    session.close()
+    time.sleep(wait_s)      # the broker's liveness window: the old holder's silence ends it
+    return open_session()
+
+
 def main(args: Any) -> int:
     """The ``mcp`` subcommand: returns the exit status."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
@@ -244,11 +286,7 @@ def main(args: Any) -> int:
         print("client mcp: --channel needs --agent", file=sys.stderr)
         return 2
     try:
-        path = history_path(args.name, args.history_file)
-        identity = read_identity(path)
-        session = Client.connect(name=args.name, endpoint=args.endpoint, group=args.group,
-                                 agent=args.agent, channel=args.channel, identity=identity,
-                                 history_file=path)
+        session = connect(args)
     except ConnectError as exc:
         print(f"client mcp: {exc.code}: {exc}", file=sys.stderr)
         return 2

@@ -236,7 +236,8 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
             self._closed = True
         if self.connected:
             self._end_turn(2.0)
-            self._transport.call(envelope("bye", id=new_message_id()), 2.0)
+            self._transport.call(envelope("bye", id=new_message_id(),
+                                          **self._transport.last_reports()), 2.0)
         self._transport.close()
 
     def __enter__(self) -> Session:

@@ -229,6 +229,14 @@ class Transport:
         if not self._waker.pending:
             self._waker.wake()
 
+    def last_reports(self) -> dict:
+        """What a ``bye`` tells: the bytes read, and the newest message the program took."""
+        protocol = self._protocol
+        fields = {"read": protocol.read_bytes}
+        if protocol.seen_through is not None:
+            fields["seenThrough"] = protocol.seen_through
+        return fields
+
     def saw(self, message_id: str) -> None:
         """The program took ``message_id`` (any thread): told in a coming heartbeat."""
         self._protocol.seen_through = message_id

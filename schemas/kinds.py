@@ -227,7 +227,11 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          request=True),
     Kind("delete", CLIENT, "Delete this persistent session's record, recovery row and queued "
          "invocations; the live session goes on as ephemeral.", (), request=True),
-    Kind("bye", CLIENT, "Close the session now."),
+    Kind("bye", CLIENT, "Close the session now, with the last reports of what was read and "
+         "seen (as in ``hb``), so nothing this client had is reported undelivered.", (
+        _f("read", int, "as in hb"),
+        _f("seenThrough", str, "as in hb", max_len=ID_MAX),
+    )),
     Kind("hb", CLIENT, "Heartbeat, due after a third of the welcome's ``livenessS`` (at "
          "most 1 s) without sending; answered with ``hb``. Also sent whenever ``read`` has "
          "grown by an eighth of the welcome's ``backlogBytes``.", (

@@ -52,6 +52,11 @@ WELCOME_FIELDS: tuple[Field, ...] = (
 
 WELCOME_FIELD_NAMES = frozenset(field.name for field in WELCOME_FIELDS)
 
+# The welcome's ``reason`` when the id asked for is held by a live session (another
+# process presenting the same identity entry, or one whose death the broker has not
+# noticed yet: it will once that session is silent past the liveness window).
+HOLDER_LIVE = "a live session holds that id"
+
 
 def problems(welcome: dict) -> list[str]:
     """What in ``welcome`` (a result without ``v``, ``k``, ``re`` and ``ok``) breaks the

@@ -303,3 +303,62 @@ def test_the_server_exits_when_stdin_closes_during_an_ask(bus, home):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def start_raw_server(bus, home, name: str) -> subprocess.Popen:
+    """A server process spoken to in raw JSON-RPC lines, initialized."""
+    proc = subprocess.Popen(server_command(name, *flags(bus, "--no-push")), cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL,
+                            env=child_env(home, INTERCOM_DATA_DIR=str(home / "data")))
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}}
+    proc.stdin.write((json.dumps(hello) + "\n").encode())
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    return proc
+
+
+def test_what_a_killed_server_took_and_never_showed_reaches_the_next_server_of_its_name(
+        bus, home):
+    peer = bus.connect("peer")
+    name = unique("m")
+    first = start_raw_server(bus, home, name)
+    try:
+        ids = [peer.intercom(action="send", to=name, message=f"m{n}")["messageId"]
+               for n in range(3)]
+        deadline = time.monotonic() + 15
+        # Taken off the bus by the server (its client read them), shown to no model.
+        while {peer.receipt(i)["state"] for i in ids} != {"read"}:
+            assert time.monotonic() < deadline, [peer.receipt(i) for i in ids]
+            time.sleep(0.05)
+    finally:
+        first.kill()             # as Claude Code ends its servers: no stdin close, no bye
+        first.wait(10)
+
+    async def scenario():
+        # Started at once: the killed process's session is still live at the broker.
+        async with mcp_client(home, name, *flags(bus, "--no-push")) as session:
+            waited, error = await call(session, "wait", timeout_s=20)
+            assert not error and [m["id"] for m in waited["messages"]] == ids
+            mine = peer.intercom(action="send", to=name, message="later")["messageId"]
+            await collect_inbox(session, {mine}, [])
+            sent, _ = await call(session, "intercom", action="send", to="peer", message="hi")
+            assert peer.receive(5)["id"] == sent["messageId"]
+            deadline = time.monotonic() + 10
+            while True:
+                status, error = await call(session, "intercom", action="status",
+                                           messageId=sent["messageId"])
+                if status.get("state") == "seen" or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            assert not error and status["state"] == "seen" and status["toName"] == "peer"
+            unknown, error = await call(session, "intercom", action="status", messageId=ids[0])
+            assert error and unknown["code"] == "unknown_message"
+
+    run(scenario())
+    deadline = time.monotonic() + 10
+    while {peer.receipt(i)["state"] for i in ids} != {"seen"}:
+        assert time.monotonic() < deadline, [peer.receipt(i) for i in ids]
+        time.sleep(0.05)

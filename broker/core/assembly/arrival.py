@@ -17,6 +17,7 @@ from typing import Any
 from schemas.errors import BusError
 from schemas.groups import clean_group, has_control_chars, resolve_home_group
 from schemas.limits import MAX_NAME_CHARS
+from schemas.welcome import HOLDER_LIVE
 from schemas.names import (CONTROL, IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAPABILITIES,
                            SESSION_KINDS, STAGE, TERMINAL, TERMINAL_CHILD_STATUSES, THINKING,
                            TOOL_PREFIX)
@@ -136,7 +137,7 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
         state.stats["sessions.moved_here"] += 1
         connect.disconnect(state, holder, "moved", now)
     elif holder is not None:   # a session here took it while the claim was committed
-        session_id, refusal = state.new_id(), "a live session holds that id"
+        session_id, refusal = state.new_id(), HOLDER_LIVE
     session = Session(
         id=session_id, name=name, identity=identity, instance=env.get("instance"),
         token=session_token(state.grant_key, parent_id, env.get("grant"), session_id, state.new_token()),

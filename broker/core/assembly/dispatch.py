@@ -22,7 +22,7 @@ from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
 from broker.core.assembly import arrival
-from broker.core.sessions import acting, authority, connect, control, grants, membership, presence
+from broker.core.sessions import acting, authority, control, grants, membership, presence
 from broker.core.workflow.overview import overview
 from broker.core.messaging import ask_actions, receipts
 from broker.core.workflow import closed_stages
@@ -107,7 +107,7 @@ KINDS: dict[str, KindHandler] = {
     "recovery": recovery,
     "reset": conversations.reset,
     "delete": conversations.delete,
-    "bye": connect.bye,
+    "bye": receipts.bye,
     "hb": receipts.heartbeat,
 }
 

@@ -55,8 +55,7 @@ from broker.core.kernel.bounded import RecentMap
 from broker.core.kernel.commands import Deliver, LinkSend, Send
 from broker.core.kernel.outbox import delivery
 from broker.core.kernel.state import State
-from broker.core.sessions import connect, membership
-from broker.core.sessions.backlog import handed
+from broker.core.sessions import backlog, connect, membership
 from broker.core.sessions.registry import Session
 
 SEEN = "seen"
@@ -169,6 +168,17 @@ def written(state: State, counts: dict[bytes, int]) -> None:
 def heartbeat(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
     """``hb``: liveness, the bytes read (the backlog's and the receipts'), what was seen."""
     connect.heartbeat(state, session, env, re, now)
+    _reported(state, session, env)
+
+
+def bye(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
+    """``bye``: the last reports, then the session ends."""
+    backlog.report_read(session, env.get("read"))
+    _reported(state, session, env)
+    connect.bye(state, session, env, re, now)
+
+
+def _reported(state: State, session: Session, env: dict) -> None:
     if session.kept:
         _read(state, session)
         through = env.get("seenThrough")
@@ -251,7 +261,7 @@ def send_again(state: State, session: Session) -> None:
     session.unseen_bytes = 0
     for batch in again:
         batch.end = -1
-        handed(session, batch.size)
+        backlog.handed(session, batch.size)
         state.stats["receipts.sent_again"] += len(batch.ids) - batch.seen
         state.out.append(Send(session.identity, _unseen_part(batch)))
 

@@ -33,6 +33,7 @@ from schemas import envelopes
 from schemas.uuids import is_uuid
 from schemas.errors import BusError
 from schemas.groups import clean_group
+from schemas.welcome import HOLDER_LIVE
 
 from broker.core.sessions import backlog, control
 from broker.core.sessions.authority import check_claimed
@@ -191,7 +192,7 @@ def grant_id(state: State, env: dict) -> tuple[str, str | None, str | None]:
     token = env.get("token")
     held = state.registry.by_id.get(wanted)
     if held is not None and (held.broker is None or not _secret_ok(state, wanted, token)):
-        return state.new_id(), "a live session holds that id", None
+        return state.new_id(), HOLDER_LIVE, None
     if wanted in state.identities:
         if _secret_ok(state, wanted, token):
             return wanted, None, None
