@@ -282,6 +282,8 @@ class BusError(Exception):
 
     def reply(self) -> dict[str, Any]:
         answer = {"ok": False, "code": self.code, "error": self.text}
+        if isinstance(self.fields.get("last_seen_at"), float):
+            answer["lastSeenAt"] = self.fields["last_seen_at"]    # target_not_found
         if self.code in REDIRECTS and isinstance(self.fields.get("endpoint"), str):
             answer["endpoint"] = self.fields["endpoint"]
             if isinstance(self.fields.get("server_key"), str):

@@ -216,3 +216,25 @@ def test_a_session_that_keeps_until_seen_gets_again_what_its_last_process_read_u
         if event["event"] == "undelivered":
             reasons.append(event["reason"])
     assert reasons == ["never_seen"] * 3
+
+
+def test_a_send_to_a_session_that_left_says_since_when_and_only_to_those_who_saw_it(
+        broker, sessions):
+    alice, bob = sessions("alice"), sessions("bob")
+    outsider = Client.connect(name="outsider", endpoint=broker.endpoint, group=unique())
+    try:
+        bob_id = bob.id
+        before = time.time()
+        bob.close()
+        refused = alice.intercom(action="send", to="bob", message="are you there?")
+        assert refused["code"] == "target_not_found"
+        assert before - 1 <= refused["lastSeenAt"] <= time.time()
+        assert "No session you can see matches 'bob'" in refused["error"]
+        by_id = alice.intercom(action="ask", to=bob_id, message="?", timeout=5)
+        assert by_id["code"] == "target_not_found" and by_id["lastSeenAt"] == refused["lastSeenAt"]
+        never = alice.intercom(action="send", to="nobody-ever", message="hi")
+        assert never["code"] == "target_not_found" and "lastSeenAt" not in never
+        hidden = outsider.intercom(action="send", to="bob", message="hi")
+        assert hidden["code"] == "target_not_found" and "lastSeenAt" not in hidden
+    finally:
+        outsider.close()

@@ -40,6 +40,6 @@ def test_a_session_leaving_is_one_event_every_listener_hears_in_order():
         (lambda s, e, f=f: (heard.append(f.__module__.rsplit(".", 1)[1]), f(s, e))[1])
         for f in state.listeners[lifecycle.SessionLeft])}
     bus.feed(b"bob", envelope("bye"))
-    assert heard == ["presence", "ask_actions", "stage_binding", "closed_stages",
+    assert heard == ["presence", "last_seen", "ask_actions", "stage_binding", "closed_stages",
                      "conversations", "remote_conversations", "receipts", "changes"]
     assert [s.name for s in state.registry.by_id.values()] == ["alice"]

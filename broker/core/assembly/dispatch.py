@@ -22,7 +22,8 @@ from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
 from broker.core.assembly import arrival
-from broker.core.sessions import acting, authority, control, grants, membership, presence
+from broker.core.sessions import (acting, authority, control, grants, last_seen, membership,
+                                  presence)
 from broker.core.workflow.overview import overview
 from broker.core.messaging import ask_actions, receipts
 from broker.core.workflow import closed_stages
@@ -136,7 +137,7 @@ WORKFLOW_OPS: dict[str, Callable[..., "dict[str, Any] | None"]] = {
 # session's groups hear it left before its asks fail and its stage is unbound.
 LIFECYCLE: dict[type, tuple] = {
     SessionOpened: (receipts.session_opened, changes.session_opened),
-    SessionLeft: (presence.session_left, ask_actions.session_left, stages.session_left,
+    SessionLeft: (presence.session_left, last_seen.session_left, ask_actions.session_left, stages.session_left,
                   closed_stages.session_left, conversations.session_left,
                   remote_conversations.session_left, receipts.session_left,
                   changes.session_left),

@@ -23,6 +23,7 @@ from broker.core.messaging.receipts import Receipts
 from broker.core.sessions.departures import Departures
 from broker.core.sessions.grants import UsedGrants
 from broker.core.sessions.identity_table import IdentityTable
+from broker.core.sessions.last_seen import LastSeen
 from broker.core.sessions.registry import Registry
 from broker.core.sessions.session_rate import SessionRate
 from broker.core.runs.run_tree import Run
@@ -38,6 +39,7 @@ class BrokerState(State):
     session_rate: SessionRate = field(default_factory=SessionRate)   # new sessions per peer
     departures: Departures = field(default_factory=Departures)   # peers still to be told
     used_grants: UsedGrants = field(default_factory=UsedGrants)   # child grants spent lately
+    last_seen: LastSeen = field(default_factory=LastSeen)   # when sessions that left were here
     # -- messaging
     asks: AskTable = field(default_factory=AskTable)
     ids: MessageIds = field(default_factory=MessageIds)

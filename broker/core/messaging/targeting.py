@@ -27,6 +27,7 @@ import re
 
 from schemas.errors import BusError
 
+from broker.core.sessions import last_seen
 from broker.core.sessions.authority import visible
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
@@ -67,7 +68,7 @@ def resolve_session(state: State, caller: Session, to: str) -> Session:
 
     if _ID_FRAGMENT.fullmatch(to) and len(to) != 36 and not _PREFIX.fullmatch(lowered):
         raise BusError("invalid_target", to=to)
-    raise BusError("target_not_found", to=to)
+    raise BusError("target_not_found", to=to, **last_seen.fields(state, caller, to))
 
 
 def _reachable(state: State, caller: Session, target: Session) -> Session:
