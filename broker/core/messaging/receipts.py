@@ -34,7 +34,9 @@ Rules:
   (:mod:`broker.core.sessions.backlog`: sends past it are refused, never dropped);
   parked messages are bounded per session by the backlog bound and broker-wide by
   ``MAX_KEPT_BYTES`` (the oldest are reported ``bound_reached``); receipts are
-  answered for the last ``RECEIPTS_KEPT`` messages, for ``RECEIPT_KEEP_S``.
+  answered for the last ``RECEIPTS_KEPT`` messages, for ``RECEIPT_KEEP_S``; a
+  session's deliveries read and not yet seen are followed to ``seen`` for its last
+  ``READ_TRACKED`` of them (older ones stay ``read``), and a read one keeps no text.
 * A receipt is the sender's alone: anyone else asking gets ``unknown_message``. A
   message that went to another broker is asked there (``elsewhere``, used by
   :mod:`broker.core.cluster.placement`), and one whose receiver moved on is asked where
@@ -199,6 +201,8 @@ def _read(state: State, session: Session) -> None:
             batch.read_at = wall
         if seen_level:
             session.unseen_bytes += batch.size
+        else:
+            batch.deliver = batch.env = None    # never sent again: only its receipt stays
         done += 1
     session.kept_read = done
     if not seen_level and done > READ_TRACKED:      # read is their last state we follow
