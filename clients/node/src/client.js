@@ -12,6 +12,7 @@ import { GRACE_S, listeningFirst, problem } from "./reach.js";
 import { LIMITS, SESSION_KINDS } from "./schemas.js";
 import { ConnectError, Session } from "./session.js";
 
+const KEEP_UNTIL = ["read", "seen"]; // Client.connect({keepUntil})
 const CURVE_ENV = ["INTERCOM_CURVE_SERVER_KEY", "INTERCOM_CURVE_PUBLIC_KEY", "INTERCOM_CURVE_SECRET_KEY"];
 
 /** Endpoints to try in turn: an array, or text with commas (INTERCOM_ENDPOINT). */
@@ -59,13 +60,18 @@ export class Client {
    * identity (an intercom_session_identity history entry: take that id back),
    * history (a function given each history entry), curveServerKey, curvePublicKey,
    * curveSecretKey (z85; or INTERCOM_CURVE_*), timeout (seconds, default 10),
-   * inboxLimitBytes, channel, persistent, cwd, notifyUndeliverable, config, confirm.
+   * inboxLimitBytes, channel, persistent, cwd, notifyUndeliverable, config, confirm,
+   * keepUntil ("read", the default: the broker may forget a live message sent to this
+   * session once this client has it; "seen": once the program took it, with receive()
+   * or, for "seen", an explicit markSeen(); until then it is sent again when the session
+   * comes back after a blip, a failover or a restart with the same identity).
    * Throws ConnectError (`code`: no_broker, invalid_endpoint, broker_unavailable,
    * auth_failed, grant_required, invalid_grant, ...) and TypeError for a bad kind or
-   * incomplete CURVE keys. */
+   * keepUntil, or incomplete CURVE keys. */
   static async connect(options = {}) {
     const { name, endpoint = null, kind = "interactive", timeout = LIMITS.CALL_TIMEOUT_S, identity = null,
-      curveServerKey = null, curvePublicKey = null, curveSecretKey = null, cwd = null } = options;
+      curveServerKey = null, curvePublicKey = null, curveSecretKey = null, cwd = null, keepUntil = "read" } = options;
+    if (!KEEP_UNTIL.includes(keepUntil)) throw new TypeError("keepUntil must be 'read' or 'seen'");
     if (!SESSION_KINDS.includes(kind)) throw new TypeError(`kind must be one of ${SESSION_KINDS.join(", ")}`);
     let { parent = null, sessionId = null, atomicSessionId = null } = options;
     if (parent instanceof Session) parent = parent.id;
@@ -88,7 +94,7 @@ export class Client {
       throw refusal;
     }
     const session = new Session({ ...options, endpoints, kind, parent, sessionId, token, atomicSessionId, curve,
-      cwd: workingDirectory(cwd) });
+      cwd: workingDirectory(cwd), keepUntil });
     await session.waitWelcome(timeout);
     return session;
   }

@@ -2,14 +2,18 @@
 //
 // Inbox is the one for messages (client/inbox.py): it counts what it holds, so the
 // transport can stop reading the socket while it is full, and it drops a message id
-// it has handed out already (a sender's resend to a restarted broker). Invariant:
-// `size` is the sum of messageSize over the messages held.
+// it has put already, whether still held or handed out (a sender's resend to a
+// restarted broker, or a broker sending again what it kept for this session because it
+// had not heard it read or seen). Invariant: `size` is the sum of messageSize over the
+// messages held.
+
+import { LIMITS } from "./schemas.js";
 
 export const DEFAULT_LIMIT_BYTES = 8 * 1024 * 1024; // Client.connect({inboxLimitBytes})
 // What a message costs besides its text (its envelope fields), for the inbox's count.
 export const MESSAGE_OVERHEAD_BYTES = 200;
-// Ids of messages handed out, remembered to drop a resent copy.
-const RECENT_IDS = 4096;
+// Ids of messages handed out, remembered to drop a resent copy (as client/inbox.py).
+const RECENT_IDS = LIMITS.RECEIVED_IDS_KEPT;
 
 // Takes answered at once in a row before one waits for the next turn of the event loop:
 // a consumer draining a long backlog in a loop of `await take()` runs on microtasks

@@ -12,6 +12,14 @@
 //   deduplicates), then what waited, less what was given up on. An ask goes again
 //   ASK_RESEND_DELAY_S after the welcome, with what is left of its own timeout.
 // * What arrived before a welcome is reported before it, what arrived after, after it.
+// * Receipts: the broker keeps each live message until this side reports it read (the
+//   `read` byte count) or, for a session that asked so (hello `keepUntil: "seen"`),
+//   seen (`seenThrough`: the newest message id the program took; it and every message
+//   delivered before it count as seen). Both ride on a heartbeat made due ACK_DELAY_S
+//   after the first message that arrived, or was taken, since the last report (never
+//   one per frame: a busy receiver reports in batches); `ackDueAt()` tells the driver
+//   when. After every new hello the seen id is told again (the broker resends what it
+//   did not hear of, and the session's inbox drops the copies by id).
 // * While the driver pauses reading (its inbox is full) silence proves nothing.
 // * Closing is a latch: every owed request fails with session_closed, and so does
 //   every request made later.
@@ -79,6 +87,12 @@ export class ClientProtocol {
     this.readBytes = 0;
     this.reported = 0;
     this.reportEvery = DEFAULT_REPORT_BYTES;
+    this.unreportedAt = null; // a message read since the last report: when
+    // The newest message id the program took, the last one told (since the hello), and
+    // when it was first noticed untold.
+    this.seenThrough = null;
+    this.seenTold = null;
+    this.seenNoticedAt = null;
     this.readingPaused = false; // set by the driver
     this.deferred = []; // ids of asks to resend at deferredAt
     this.deferredAt = 0;
@@ -106,6 +120,13 @@ export class ClientProtocol {
   /** Queue an envelope that gets no answer. */
   post(env) {
     this.outbox.push(env);
+  }
+
+  /** The program took message `msgId` (it and everything delivered before it are seen):
+   * told in a heartbeat due ACK_DELAY_S after the first take not told yet. */
+  saw(msgId, now) {
+    this.seenThrough = msgId;
+    if (this.seenNoticedAt === null && this.seenPending()) this.seenNoticedAt = now;
   }
 
   /** Owe nothing for `msgId` any more (its caller gave up). */
@@ -142,10 +163,14 @@ export class ClientProtocol {
       this.helloId = hello.id;
       envs.unshift(hello);
       this.readBytes = this.reported = 0; // the broker counts from the hello too
+      this.seenTold = null; // and hears what was seen again
     }
     if (this.heartbeatDue) {
       this.heartbeatDue = false;
-      envs.push(envelope("hb", { read: wireInt(this.readBytes) }));
+      const hb = envelope("hb", { read: wireInt(this.readBytes) });
+      if (this.seenPending()) hb.seenThrough = this.seenTold = this.seenThrough;
+      this.seenNoticedAt = this.unreportedAt = null;
+      envs.push(hb);
       this.reported = this.readBytes;
     }
     if (!envs.length) return [];
@@ -173,10 +198,18 @@ export class ClientProtocol {
     }
   }
 
-  /** A heartbeat is due after HEARTBEAT_S without sending; a connected session that
-   * heard nothing for LIVENESS_S says hello again. */
+  /** A heartbeat is due after HEARTBEAT_S without sending, or ACK_DELAY_S after a
+   * message arrived or was taken unreported; a connected session that heard nothing for
+   * LIVENESS_S says hello again. */
   timers(now) {
-    if (now - this.lastSent >= LIMITS.HEARTBEAT_S) this.heartbeatDue = true;
+    if (now - this.lastSent >= LIMITS.HEARTBEAT_S) {
+      this.heartbeatDue = true;
+    } else if (this.unreportedAt !== null && now - this.unreportedAt >= LIMITS.ACK_DELAY_S) {
+      this.heartbeatDue = true;
+    } else if (this.seenPending()) {
+      if (this.seenNoticedAt === null) this.seenNoticedAt = now;
+      else if (now - this.seenNoticedAt >= LIMITS.ACK_DELAY_S) this.heartbeatDue = true;
+    }
     if (this.helloAt !== null && now >= this.helloAt) {
       this.helloAt = null;
       this.helloDue = true;
@@ -189,6 +222,23 @@ export class ClientProtocol {
       }
       this.deferred = [];
     }
+  }
+
+  /** When a heartbeat reporting what was read or seen is due (monotonic seconds), so the
+   * driver runs timers() then; null when none waits (or one is due already). */
+  ackDueAt() {
+    if (this.heartbeatDue) return null;
+    let due = this.unreportedAt === null ? null : this.unreportedAt + LIMITS.ACK_DELAY_S;
+    if (this.seenNoticedAt !== null && this.seenPending()) {
+      const seenDue = this.seenNoticedAt + LIMITS.ACK_DELAY_S;
+      if (due === null || seenDue < due) due = seenDue;
+    }
+    return due;
+  }
+
+  /** A seen id the broker has not heard since the hello, and a connection to tell it on. */
+  seenPending() {
+    return this.seenThrough !== null && this.seenThrough !== this.seenTold && this.state === State.CONNECTED;
   }
 
   /** The driver reads again: the broker's silence counts from now. */
@@ -225,8 +275,12 @@ export class ClientProtocol {
     const next = NEXT.get(`${this.state}|${input}`);
     if (next === undefined) return;
     this.state = next;
-    if (next === State.GREETING) this.helloDue = true;
-    else if (next === State.CONNECTED) this.requeue(now);
+    if (next === State.GREETING) {
+      this.helloDue = true;
+    } else if (next === State.CONNECTED) {
+      this.requeue(now);
+      if (this.seenPending()) this.seenNoticedAt = now; // told again on the new connection
+    }
   }
 
   /** On a welcome: owed requests sent before, then what waited, less what was given up. */
@@ -364,9 +418,11 @@ const HANDLERS = {
   acks: ClientProtocol.prototype.onAcks,
   msg(env) {
     this.msgs.push(env);
+    if (this.unreportedAt === null) this.unreportedAt = this.lastHeard;
   },
   msgs(env) {
     expandMsgs(env, this.msgs);
+    if (this.unreportedAt === null) this.unreportedAt = this.lastHeard;
   },
   event(env) {
     this.events.push(env);

@@ -78,7 +78,7 @@ export class Session {
       parent = null, sessionId = null, token = null, stage = null, transcript = null,
       notifyUndeliverable = true, grant = null, history = null, curve = null,
       inboxLimitBytes = DEFAULT_LIMIT_BYTES, channel = null, persistent = true, cwd = null,
-      config = {}, confirm = null } = options;
+      config = {}, confirm = null, keepUntil = "read" } = options;
     this.name = name;
     this.endpoint = endpoints[0];
     this.kind = kind;
@@ -97,6 +97,9 @@ export class Session {
     this.history = new History(history);
     this.channelAsked = channel;
     this.persistent = persistent;
+    // "seen": the broker keeps each message until markSeen() says the program has it;
+    // "read": receive() says it.
+    this.keepUntil = keepUntil;
     this.id = sessionId;
     this.token = token; // the reclaim secret of `id`
     // The same in every hello of this object (its reconnects), different in any other.
@@ -139,7 +142,8 @@ export class Session {
       id: newMessageId(), name: this.name, sessionKind: this.kind, group: this.explicitGroup,
       fallbackGroup: this.fallbackGroup, agent: this.agent, atomicSessionId: this.atomicSessionId,
       parent: this.parent, stage: this.stage, statusSuffix: this.config.status,
-      transcript: this.transcript, notifyUndeliverable: this.notifyUndeliverable, grant: this.grant,
+      transcript: this.transcript, notifyUndeliverable: this.notifyUndeliverable,
+      keepUntil: this.keepUntil !== "read" ? this.keepUntil : null, grant: this.grant,
       channel: this.channelAsked, persistent: this.persistent, cwd: this.cwd, instance: this.instance,
       attempt: (this.attempt = Math.max(this.attempt + 1, Date.now())),
     };
@@ -249,6 +253,7 @@ export class Session {
       delete params.timeout;
     }
     if ("timeout" in params) return errorReply("invalid_params", { detail: "timeout applies to ask only" });
+    if (action === "status" && "messageId" in params) return this.receipt(params.messageId);
     if (action === "status" && !this.closed) return this.status(params);
     if (this.config.confirmSend && this.confirm !== null && this.kind === "interactive" &&
         (action === "send" || action === "ask") && !("replyTo" in params)) {
@@ -411,6 +416,7 @@ export class Session {
     if (!("attachments" in msg)) msg.attachments = []; // expanded from a msgs batch
     msg.body = renderBody(msg, this.config.replyHint);
     this.current = msg;
+    if (this.keepUntil === "read" && !this.closed) this.transport.saw(msg.id);
     if (msg.expectsReply) {
       this.receivedEpoch.set(msg.id, this.brokerEpoch);
       if (this.receivedEpoch.size > RECEIVED_ASKS) this.receivedEpoch.delete(this.receivedEpoch.keys().next().value);
@@ -429,7 +435,30 @@ export class Session {
     return msg;
   }
 
-  /** The next in-band event (presence, undeliverable, output, invocation), or null. */
+  /** The program or model has message `messageId` and every message received before
+   * it (for keepUntil "seen": until then the broker keeps them for this session's next
+   * connection or process). receive() says it by itself otherwise. Anything but a
+   * non-empty string is ignored (no message has such an id). */
+  markSeen(messageId) {
+    if (typeof messageId === "string" && messageId && !this.closed) this.transport.saw(messageId);
+  }
+
+  /** What became of a message this session sent (its `messageId`): `state` is
+   * delivered (handed to the receiver's connection), read (its client has it), seen
+   * (handed to its program or model), replied or undelivered (`reason`: session_ended,
+   * bound_reached or never_seen), with the wall-clock time each was reached
+   * (deliveredAt, readAt, seenAt, repliedAt, undeliveredAt; null until then). A message
+   * that was queued for a stage, someone else's, or older than the broker keeps answers
+   * unknown_message. */
+  receipt(messageId) {
+    if (typeof messageId !== "string" || !messageId) {
+      return Promise.resolve(errorReply("invalid_params", { detail: "message_id must be a non-empty string" }));
+    }
+    return this.call("call", { action: "status", messageId });
+  }
+
+  /** The next in-band event (presence, undeliverable, undelivered, output, invocation),
+   * or null. */
   async nextEvent(options = {}) {
     const timeout = typeof options === "number" ? options : (options?.timeout ?? null);
     const event = await this.events.take(timeout);

@@ -20,7 +20,10 @@
 //   broker; the protocol then takes no silence for a dead broker. A take from the
 //   inbox (roomMade) resumes reading once there is room.
 // * Timers run every TIMER_INTERVAL_S: heartbeats (with the bytes read, the broker's
-//   backlog count), the liveness check, deferred asks, failover. Nothing here keeps the
+//   backlog count), the liveness check, deferred asks, failover; and once more when
+//   the protocol's ack is due (ackDueAt: ACK_DELAY_S after a message arrived or was
+//   taken unreported), on one timer armed for the earliest such moment, so a stream of
+//   frames or takes is reported in one heartbeat, not one each. Nothing here keeps the
 //   event loop from turning for long (the read loop yields every READ_YIELD_EVERY
 //   frames, the inbox every few takes), but an application that blocks it for over 3 s
 //   is taken for gone by the broker, and says hello again after.
@@ -84,6 +87,8 @@ export class Transport {
     this.handshakes = new HandshakeWatch(this.sock, curve !== null);
     this.sock.connect(this.endpoint);
     this.timer = setInterval(() => this.tick(), TIMER_INTERVAL_S * 1000);
+    this.ackTimer = null; // armed for ackAt: the protocol's ack heartbeat due then
+    this.ackAt = null;
     this.reading = this.readLoop();
     this.kick();
   }
@@ -174,6 +179,12 @@ export class Transport {
     });
   }
 
+  /** The program took message `msgId`: told in a coming heartbeat (seenThrough). */
+  saw(msgId) {
+    this.protocol.saw(msgId, now());
+    this.armAck();
+  }
+
   /** Send an envelope that expects no answer. */
   post(env) {
     this.protocol.post(env);
@@ -191,6 +202,8 @@ export class Transport {
     if (this.closing) return;
     this.closing = true;
     clearInterval(this.timer);
+    if (this.ackTimer !== null) clearTimeout(this.ackTimer);
+    this.ackTimer = null;
     let timer;
     const expired = new Promise((resolve) => { timer = setTimeout(resolve, timeoutS * 1000); });
     await Promise.race([this.pump(), expired]);
@@ -269,6 +282,7 @@ export class Transport {
       this.deliver();
       if (protocol.redirect !== null) this.followRedirect();
       if (protocol.wantsToSend()) this.kick();
+      this.armAck();
     }
   }
 
@@ -277,6 +291,23 @@ export class Transport {
     this.protocol.timers(at);
     if (this.endpoints.length > 1) this.failOver(at);
     if (this.protocol.wantsToSend()) this.kick();
+    this.armAck();
+  }
+
+  /** Run the timers when the protocol's ack heartbeat is due, unless a timer is armed
+   * for then or earlier already (a later frame or take never delays it). */
+  armAck() {
+    if (this.closing) return;
+    const due = this.protocol.ackDueAt();
+    if (due === null || (this.ackTimer !== null && this.ackAt <= due)) return;
+    if (this.ackTimer !== null) clearTimeout(this.ackTimer);
+    this.ackAt = due;
+    // A millisecond past it: a timer may fire a hair before the monotonic clock gets there.
+    const delay = Math.max(0, Math.ceil((due - now()) * 1000)) + 1;
+    this.ackTimer = setTimeout(() => {
+      this.ackTimer = null;
+      this.tick();
+    }, delay);
   }
 
   /** Act on what the protocol reports, in its order. */

@@ -160,3 +160,83 @@ test("closing fails every owed request and every later one with session_closed",
   assert.deepEqual(failed.map(([item, answer]) => [item, answer.code]), [[mine, "session_closed"]]);
   assert.equal(protocol.request("r2", owed({ id: "r2" })).code, "session_closed");
 });
+
+// -- receipts: what was read and seen rides on heartbeats, in batches ---------------------
+
+const ACK = LIMITS.ACK_DELAY_S; // times below are sums of powers of two: exact, as the comparisons need
+const msg = (id) => ({ v: 1, k: "msg", id, from: "f", fromName: "f", message: "m", attachments: [], sentAt: 1, expectsReply: false });
+const hbs = (envs) => envs.filter((env) => env.k === "hb");
+
+test("messages arriving make one heartbeat due ACK_DELAY_S after the first, not one per frame", () => {
+  const protocol = welcomed(0);
+  sent(protocol, 0.5); // nothing due: the hello went at 0
+  feed(protocol, msg("m1"), 0.5);
+  feed(protocol, { v: 1, k: "msgs", from: "f", fromName: "f", sentAt: 1, ids: ["m2", "m3"], messages: ["a", "b"] }, 0.55);
+  assert.equal(protocol.wantsToSend(), false); // reading alone never sends
+  assert.equal(protocol.ackDueAt(), 0.5 + ACK);
+  protocol.timers(0.5 + ACK - 0.01);
+  assert.equal(protocol.wantsToSend(), false);
+  feed(protocol, msg("m4"), 0.5 + ACK - 0.005); // a later frame does not move the deadline
+  assert.equal(protocol.ackDueAt(), 0.5 + ACK);
+  protocol.timers(0.5 + ACK);
+  const first = sent(protocol, 0.5 + ACK);
+  assert.deepEqual(first.map((env) => env.k), ["hb"]);
+  assert.equal(first[0].read, protocol.readBytes); // every frame read so far, in one report
+  assert.equal("seenThrough" in first[0], false); // nothing taken yet
+  assert.equal(protocol.ackDueAt(), null);
+  protocol.timers(0.5 + 2 * ACK);
+  assert.deepEqual(sent(protocol, 0.5 + 2 * ACK), []); // reported: nothing more is due
+});
+
+test("a take makes a heartbeat carrying seenThrough due ACK_DELAY_S later; later takes ride on it", () => {
+  const protocol = welcomed(0);
+  protocol.saw("m1", 0.25);
+  assert.equal(protocol.ackDueAt(), 0.25 + ACK);
+  protocol.saw("m2", 0.375); // the newest id taken, on the same heartbeat
+  assert.equal(protocol.ackDueAt(), 0.25 + ACK);
+  protocol.timers(0.25 + ACK - 0.01);
+  assert.deepEqual(sent(protocol, 0.25 + ACK - 0.01), []);
+  protocol.timers(0.25 + ACK);
+  assert.deepEqual(hbs(sent(protocol, 0.25 + ACK)).map((hb) => hb.seenThrough), ["m2"]);
+  protocol.timers(2); // the next heartbeat, for liveness: the seen id was told already
+  const [next] = hbs(sent(protocol, 2));
+  assert.equal("seenThrough" in next, false);
+  protocol.saw("m2", 2.1); // told already: nothing becomes due
+  assert.equal(protocol.ackDueAt(), null);
+});
+
+test("a liveness heartbeat carries a seen id not told yet", () => {
+  const protocol = welcomed(0);
+  protocol.saw("m1", 0.9);
+  protocol.timers(LIMITS.HEARTBEAT_S);
+  assert.deepEqual(hbs(sent(protocol, LIMITS.HEARTBEAT_S)).map((hb) => hb.seenThrough), ["m1"]);
+});
+
+test("after a new hello the last seen id is told again, once connected, ACK_DELAY_S after the welcome", () => {
+  const protocol = welcomed(0);
+  protocol.saw("m1", 0.125);
+  protocol.timers(0.125 + ACK);
+  assert.equal(hbs(sent(protocol, 0.125 + ACK))[0].seenThrough, "m1");
+  protocol.timers(0.2 + LIMITS.LIVENESS_S); // silence: a new hello
+  const greeting = sent(protocol, 5);
+  assert.deepEqual(greeting.map((env) => env.k), ["hello", "hb"]);
+  assert.equal("seenThrough" in greeting[1], false); // not before the broker knows the session again
+  protocol.timers(5.5);
+  assert.deepEqual(hbs(sent(protocol, 5.5)).map((hb) => "seenThrough" in hb), []);
+  feed(protocol, { v: 1, k: "result", re: greeting[0].id, ok: true }, 6);
+  protocol.nextEvents();
+  assert.equal(protocol.ackDueAt(), 6 + ACK);
+  protocol.timers(6 + ACK);
+  assert.deepEqual(hbs(sent(protocol, 6 + ACK)).map((hb) => hb.seenThrough), ["m1"]);
+});
+
+test("a take before the first welcome is told once connected", () => {
+  const protocol = new ClientProtocol(hello);
+  const [greeting] = sent(protocol, 0);
+  protocol.saw("m0", 0.125);
+  assert.equal(protocol.ackDueAt(), null);
+  feed(protocol, { v: 1, k: "result", re: greeting.id, ok: true }, 0.25);
+  protocol.nextEvents();
+  protocol.timers(0.25 + ACK);
+  assert.deepEqual(hbs(sent(protocol, 0.25 + ACK)).map((hb) => hb.seenThrough), ["m0"]);
+});
