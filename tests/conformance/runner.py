@@ -11,10 +11,11 @@ Steps (the ``do`` key; ``as`` names the actor):
 * a driver command (``connect``, ``intercom``, ``receive``, ``next_event``,
   ``respond``, ``invoke``, ``grant_child``, ``register_run``, ``add_stages``,
   ``set_stage_state``, ``end_run``, ``set_status``, ``contact_supervisor``,
-  ``close``, ``history``) with ``args``; its result is checked against ``expect``
-  and kept under ``save``. ``async: NAME`` sends it without waiting; ``{"do":
-  "await", "name": NAME, "expect": ...}`` waits for it later. ``retry: SECONDS``
-  repeats the command until ``expect`` holds (a wait on a reply, with a deadline).
+  ``receipt``, ``mark_seen``, ``close``, ``history``) with ``args``; its result is
+  checked against ``expect`` and kept under ``save``. ``async: NAME`` sends it
+  without waiting; ``{"do": "await", "name": NAME, "expect": ...}`` waits for it
+  later. ``retry: SECONDS`` repeats the command until ``expect`` holds (a wait on a
+  reply, or on a receipt's state, with a deadline).
 * ``{"do": "restart_broker"}``: stop the broker by its PID and start it again on the
   same data directory and endpoint.
 

@@ -33,6 +33,8 @@ const COMMANDS = {
   set_stage_state: (s, a) => s.setStageState(a.runId, a.stage, a.state),
   end_run: (s, a) => s.endRun(a.runId),
   set_status: (s, a) => s.setStatus(a.status),
+  receipt: (s, a) => s.receipt(a.messageId),
+  mark_seen: (s, a) => s.markSeen(a.messageId),
   contact_supervisor: (s, a) => s.contactSupervisor(a),
   close: async (s) => {
     await s.close();

@@ -61,6 +61,8 @@ COMMANDS = {
     "set_stage_state": _host("set_stage_state", "runId", "stage", "state"),
     "end_run": _host("end_run", "runId"),
     "set_status": lambda s, a: s.set_status(a["status"]),
+    "receipt": lambda s, a: s.receipt(a.get("messageId")),
+    "mark_seen": lambda s, a: s.mark_seen(a.get("messageId")),
     "contact_supervisor": lambda s, a: s.contact_supervisor(a.get("message"), a.get("attachments"),
                                                             a.get("timeout")),
     "close": lambda s, a: s.close(),
