@@ -222,3 +222,15 @@ def test_what_a_broker_kept_follows_its_session_to_the_broker_it_moved_to():
     assert again == ["m1", "m2"]
     answer = result_for(pair.call(pair.b, b"bob", "status", "q", messageId="m1"), b"bob", "q")
     assert answer["state"] == "delivered" and answer["to"] == alice["sessionId"]
+
+
+def test_each_message_of_one_delivery_has_the_time_it_was_seen():
+    b = bus()
+    b.hello("alice")
+    b.hello("bob")
+    b.feed(b"alice", envelope("sends", to="bob", ids=["p1", "p2", "p3"], messages=["a", "b", "c"]))
+    written_and_read(b, b"bob", seen="p1")
+    b.advance(1.5)
+    b.feed(b"bob", envelope("hb", read=10_000, seenThrough="p3"))
+    first, third = receipt(b, b"alice", "p1"), receipt(b, b"alice", "p3")
+    assert third["seenAt"] - first["seenAt"] == 1.5

@@ -82,7 +82,8 @@ class Batch:
     end: int = -1                   # the connection's bytes once it was written (-1: not yet)
     read_at: float | None = None
     seen: int = 0                   # how many of ``ids``, from the first, were seen
-    seen_at: float | None = None
+    # When ``seen`` grew: (its new value, wall clock), so each id has its own seenAt.
+    seen_steps: list[tuple[int, float]] | None = None
     replied: dict[str, float] | None = None
     undelivered_from: int | None = None    # ids from this index on never reached the receiver
     undelivered_at: float | None = None
@@ -222,9 +223,12 @@ def _seen(state: State, session: Session, through: str) -> None:
     while kept:
         first = kept[0]
         last = first is batch
-        first.seen = max(first.seen, position if last else len(first.ids))
-        if first.seen_at is None:
-            first.seen_at = wall
+        grown = max(first.seen, position if last else len(first.ids))
+        if grown > first.seen:
+            first.seen = grown
+            if first.seen_steps is None:
+                first.seen_steps = []
+            first.seen_steps.append((grown, wall))
         if first.read_at is None:
             first.read_at = wall          # seen before its read was reported: it was read
         if first.seen < len(first.ids):
@@ -410,7 +414,8 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
 def receipt(batch: Batch, msg_id: str) -> dict[str, Any]:
     """The receipt of ``msg_id``, one of ``batch``'s ids."""
     index = batch.ids.index(msg_id)
-    seen_at = batch.seen_at if index < batch.seen else None
+    seen_at = next((at for count, at in batch.seen_steps if count > index), None) \
+        if index < batch.seen and batch.seen_steps else None
     replied_at = batch.replied.get(msg_id) if batch.replied else None
     gone = batch.undelivered_from is not None and index >= batch.undelivered_from
     state = ("undelivered" if gone else "replied" if replied_at is not None else
