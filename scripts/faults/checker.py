@@ -25,6 +25,12 @@ session left during its turn to fail unseen) and the jobs started whose invoke g
 another answer (``jobs_unanswered``: refused or given up on by the client, yet
 committed).
 
+For a fault that cuts the clients from a broker (its window given), it counts the live
+sends made during the cut to receivers homed on that broker (:class:`CutSends`): what
+they were answered, how many arrived, through which broker, how late, and the copies
+the receivers dropped (messages the broker sent again): the evidence that the round
+had live traffic to the cut clients, which ``delivered_not_received`` is judged on.
+
 It also measures, per side (the sessions whose home is one broker), the longest
 stretch of refusals in a row (``unavailable_s``), to read against the lease, and the
 longest call (``slowest_s``: a call a failover answered late is no refusal).
@@ -46,6 +52,26 @@ NOT_A_REFUSAL = {"queue_full", "too_many_invocations", "unknown_invocation"}
 
 
 @dataclass
+class CutSends:
+    """Live sends made while the clients were cut from ``broker`` (invoked between
+    ``start`` and ``end``, monotonic) to receivers whose home is ``broker``."""
+    broker: str
+    start: float
+    end: float
+    receivers: list[str] = field(default_factory=list)    # their session names
+    made: int = 0
+    delivered: int = 0                    # answered delivered
+    answers: Counter = field(default_factory=Counter)     # every other answer, by code
+    received: int = 0                     # of those answered delivered
+    after_heal: int = 0                   # of those received, received after ``end``
+    via: Counter = field(default_factory=Counter)         # broker that had welcomed the receiver
+    slowest_s: float = 0.0                # longest from the send to its receipt
+    not_received: list[str] = field(default_factory=list)   # tokens answered delivered
+    moves: list[str] = field(default_factory=list)       # "name: b1 -> b2 at 13.2 s"
+    copies_dropped: int = 0               # resent copies the receivers' clients dropped
+
+
+@dataclass
 class Verdict:
     queued: int = 0
     lost: list[str] = field(default_factory=list)
@@ -57,6 +83,9 @@ class Verdict:
     ids_lost: list[str] = field(default_factory=list)
     delivered: int = 0
     delivered_not_received: list[str] = field(default_factory=list)
+    # by target: a session's name, or a workflow stage's path (a send to a stage whose
+    # session is live is answered delivered too, not queued)
+    delivered_not_received_by_target: Counter = field(default_factory=Counter)
     hung: list[str] = field(default_factory=list)
     jobs_queued: int = 0            # invoke jobs answered queued
     jobs_started: int = 0           # distinct job ids handed to a responder
@@ -66,6 +95,7 @@ class Verdict:
     unavailable_s: dict[str, float] = field(default_factory=dict)
     slowest_s: dict[str, float] = field(default_factory=dict)     # longest call, per side
     codes: Counter = field(default_factory=Counter)
+    cut: CutSends | None = None     # a clients' cut: the live sends it could have hurt
 
     @property
     def failed(self) -> list[str]:
@@ -114,9 +144,10 @@ def starts(histories: list[list[dict]]) -> Counter:
 
 
 def check(histories: list[list[dict]], samples: list[dict], names: dict[str, str],
-          end: float) -> Verdict:
+          end: float, cut: tuple[str, float, float] | None = None) -> Verdict:
     """``names``: broker id -> broker name (a restarted broker's ids map to one name);
-    ``end``: when traffic stopped (a refusal stretch still open ends there)."""
+    ``end``: when traffic stopped (a refusal stretch still open ends there); ``cut``:
+    (broker name, start, end) when the round cut the clients from that broker."""
     verdict = Verdict()
     queued, delivered = expected(histories)
     got = receipts(histories)
@@ -129,12 +160,63 @@ def check(histories: list[list[dict]], samples: list[dict], names: dict[str, str
                             for e in events if e["type"] == "final" and not e.get("connected", True)]
     verdict.doubled = sorted(t for t, n in got.items() if n > 1 and not t.startswith("re:"))
     verdict.delivered_not_received = sorted(t for t in delivered if got[t] == 0)
+    verdict.delivered_not_received_by_target = Counter(targets.get(t) for t in
+                                                       verdict.delivered_not_received)
     for events in histories:
         _calls(events, verdict, end)
         _ids(events, verdict)
     _jobs(histories, names, verdict)
     _holders(samples, names, verdict)
+    if cut is not None:
+        verdict.cut = cut_sends(histories, names, *cut)
     return verdict
+
+
+def cut_sends(histories: list[list[dict]], names: dict[str, str], broker: str, start: float,
+              end: float) -> CutSends:
+    """The live role's sends (sessions ``a``, from any history) made between ``start``
+    and ``end`` to a receiver (a session ``b``) whose home is ``broker``."""
+    found = CutSends(broker, start, end)
+    receivers: dict[str, list[dict]] = {}          # name -> the history it is in
+    for events in histories:
+        homes = {e["session"]: e.get("side") for e in events if e["type"] == "complete"}
+        if homes.get("b") != broker:
+            continue
+        name = next((e.get("name") for e in events
+                     if e["type"] == "session" and e["session"] == "b" and e.get("name")), "?")
+        receivers[name] = events
+    found.receivers = sorted(receivers)
+    sends = [e for events in histories for e in events
+             if e["type"] == "complete" and e["f"] == "send" and e["session"] == "a"
+             and e.get("to") in receivers and start <= e["invoked"] <= end]
+    recv = {e["token"]: e for events in receivers.values() for e in events
+            if e["type"] == "recv" and e["session"] == "b"}
+    found.made = len(sends)
+    for e in sends:
+        if not e["delivered"]:
+            found.answers[e["code"] or ("queued" if e["queued"] else "ok")] += 1
+            continue
+        found.delivered += 1
+        got = recv.get(e["token"])
+        if got is None:
+            found.not_received.append(e["token"])
+            continue
+        found.received += 1
+        found.after_heal += got["t"] > end
+        found.via[names.get(got.get("broker"), (got.get("broker") or "?")[:8])] += 1
+        found.slowest_s = max(found.slowest_s, got["t"] - e["invoked"])
+    for name, events in receivers.items():
+        last = None
+        for e in events:
+            if e["type"] == "broker" and e["session"] == "b":
+                where = names.get(e.get("broker"), (e.get("broker") or "none")[:8])
+                if last is not None:
+                    found.moves.append(f"{name}: {last} -> {where} at {e['t'] - start:+.1f} s "
+                                       f"from the cut")
+                last = where
+        found.copies_dropped += sum(e.get("duplicates_dropped") or 0 for e in events
+                                    if e["type"] == "final" and e.get("session") == "b")
+    return found
 
 
 def _jobs(histories: list[list[dict]], names: dict[str, str], verdict: Verdict) -> None:

@@ -39,6 +39,9 @@ class Stage:
     hold_s: float = HOLD_S
     lease_s: float = LEASE_S
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    # Clients cut from the target: (cut made, healed), monotonic; the checker counts
+    # the live sends made meanwhile to receivers homed there.
+    cut_window: tuple[float, float] | None = None
 
     def mark(self, what: str) -> None:
         self.timeline.append((time.monotonic(), what))
@@ -78,14 +81,27 @@ def cut_from_brokers(stage: Stage) -> None:
     stage.mark("healed")
 
 
-def cut_clients(stage: Stage) -> None:
-    stage.mark("cut clients from b1")
+def cut_clients(stage: Stage, seconds: float = SHORT_S, title: str = "cut clients from b1") -> None:
+    stage.mark(title)
     for client in stage.clients:
         stage.net.cut(client, [stage.target.name])
-    stage.hold(SHORT_S)
+    began = time.monotonic()
+    stage.hold(seconds)
     for client in stage.clients:
         stage.net.heal(client)
     stage.mark("healed")
+    stage.cut_window = (began, time.monotonic())
+
+
+def cut_clients_for(seconds: float) -> Callable[[Stage], None]:
+    """Fault ``c<seconds>``: as ``c``, held ``seconds``. Below the 3 s liveness window
+    (2 s) the connections outlive the cut and TCP sends again what was dropped; past it
+    (5, 10 s) the clients take the broker for gone, fail over to the next endpoint and
+    the broker ends their sessions, so what it wrote to the old connections must come
+    back from what it kept (receipts)."""
+    def act(stage: Stage) -> None:
+        cut_clients(stage, seconds, f"cut clients from b1 for {seconds:g} s")
+    return act
 
 
 def pause_past_lease(stage: Stage) -> None:
@@ -141,3 +157,7 @@ FAULTS = {f.letter: f for f in [
     Fault("g", "broker killed in a partition, healed, restarted", kill_in_partition),
     Fault("h", f"clock skew {SKEW} on one broker", skewed_clock, skew=SKEW),
 ]}
+DEFAULT = list(FAULTS)        # run when no faults are named
+# Variants, named only: clients cut from b1 for 2, 5 and 10 s (c holds SHORT_S).
+FAULTS.update({f"c{s}": Fault(f"c{s}", f"clients cut from their broker for {s} s",
+                              cut_clients_for(float(s))) for s in (2, 5, 10)})

@@ -82,8 +82,11 @@ def open_testbed(brokers: int, clients: int = 1, root: Path | None = None):
             root = Path(tempfile.mkdtemp(prefix="icf-", dir="/tmp"))
             stack.callback(shutil.rmtree, root, True)
         root.chmod(0o755)             # the postgres user reaches its directory through it
+        # One broker: the live role's senders get a host of their own, "s1" (no fault
+        # cuts it: the nemesis cuts the "c" hosts), so a cut of their receivers' host
+        # leaves them sending.
         names = ["pg", *[f"b{i + 1}" for i in range(brokers)],
-                 *[f"c{i + 1}" for i in range(clients)], "obs"]
+                 *[f"c{i + 1}" for i in range(clients)], *(["s1"] if brokers == 1 else []), "obs"]
         net = stack.enter_context(open_network(names))
         pg = Postgres(net.hosts["pg"], root / "pg")
         pg.init()
@@ -132,9 +135,15 @@ def play(bed: Testbed, fault: Fault, timing: Timing, log=print) -> Round:
                 args = ["--role", role, "--index", str(i), "--endpoints", endpoints,
                         "--names", names, "--keys", str(bed.keys), "--tag", schema,
                         "--interval", f"{timing.interval_s:g}"]
-                worker = Worker(host.prefix(), args, files / f"{role}{i}.jsonl", env(bed.root), ROOT)
-                stack.callback(worker.stop)
-                workers.append(worker)
+                parts = [(host, [], f"{role}{i}")]
+                if role == "live" and "s1" in bed.net.hosts:     # receiver first: a waits for it
+                    parts = [(host, ["--only", "b"], f"{role}{i}-b"),
+                             (bed.net.hosts["s1"], ["--only", "a"], f"{role}{i}-a")]
+                for where, only, label in parts:
+                    worker = Worker(where.prefix(), [*args, *only], files / f"{label}.jsonl",
+                                    env(bed.root), ROOT)
+                    stack.callback(worker.stop)
+                    workers.append(worker)
         for worker in workers:
             worker.wait_ready(90)
         started = time.monotonic()
@@ -155,7 +164,9 @@ def play(bed: Testbed, fault: Fault, timing: Timing, log=print) -> Round:
         for worker in workers:
             worker.stop()
     histories = [checker.read_lines(w.history) for w in workers]
-    verdict = checker.check(histories, checker.read_lines(files / "samples.jsonl"), ids, traffic_end)
+    cut = (stage.target.name, *stage.cut_window) if stage.cut_window else None
+    verdict = checker.check(histories, checker.read_lines(files / "samples.jsonl"), ids,
+                            traffic_end, cut)
     timeline = [(t - started, what) for t, what in stage.timeline]
     return Round(fault, verdict, timeline, started, drained_s, files, ids, notes)
 
@@ -206,6 +217,11 @@ def summary(round_: Round) -> dict:
             "hung": len(v.hung), "jobs_queued": v.jobs_queued, "jobs_started": v.jobs_started,
             "jobs_started_twice": len(v.jobs_twice),
             "unavailable_s": {k: round(s, 1) for k, s in sorted(v.unavailable_s.items())},
+            "cut": None if v.cut is None else {
+                "made": v.cut.made, "delivered": v.cut.delivered, "received": v.cut.received,
+                "after_heal": v.cut.after_heal, "via": dict(v.cut.via),
+                "slowest_s": round(v.cut.slowest_s, 1), "copies_dropped": v.cut.copies_dropped,
+                "moves": v.cut.moves, "not_received": v.cut.not_received},
             "failed": v.failed}
 
 

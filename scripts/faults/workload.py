@@ -8,7 +8,9 @@ host's namespace by :class:`Worker`) and the history it writes, one JSON line pe
   ``delivered``, ``messageId``); every send and ask carries a unique ``token`` in
   its body, so a receipt names the operation it is for;
 - ``recv``: a message a session took (``session`` label, ``id``, ``from``, ``to``,
-  ``token``, time);
+  ``token``, time, and ``broker``: the id of the broker whose welcome the session had
+  last, so a message that came after a failover shows where it came from);
+- ``broker``: a receiving session's broker (its latest welcome's) when it changes;
 - ``session``: a session's id when it connects and whenever it differs after a call;
 - ``started``: an invoke job the responder was handed (an ``invocation`` event), each
   one recorded as it arrives, a second hand-over of one job too: its ``job`` id, the
@@ -17,13 +19,17 @@ host's namespace by :class:`Worker`) and the history it writes, one JSON line pe
 Roles (``--role``): ``sticky`` is a workflow host that registers runs with a ``live``
 stage (connected from the start) and a ``late`` one (connected only when the worker
 is told ``drain``), and a sender on another broker that sends to both, round robin;
-``live`` is two named sessions on different brokers, one sending and asking, the
-other receiving and replying; ``invoke`` is two conversations of the agent
+``live`` is two named sessions on different brokers, one sending and asking (and, on
+a thread of its own, sending plain messages every interval, so an ask held by a
+receiver cut off does not stop its sends), the other receiving and replying; ``invoke`` is two conversations of the agent
 :data:`AGENT` on different brokers: an invoker that invokes the other (operation
 ``invoke``, its answer's job id kept as ``job``), and a responder that starts every
 job handed to it, takes a short turn and finishes it (operation ``finish``). The
 agent has ``invoke = true`` in every broker's data directory (``cluster.Broker``).
-Every session lists every broker's endpoint (its home broker first). The worker
+With ``--only a`` (``b``) the live role is its sender (its receiver) alone: the harness
+runs the two in workers on two hosts when there is one broker, so that cutting the
+receiver's host leaves its sender sending. Every session lists every broker's
+endpoint (its home broker first). The worker
 prints ``ready`` once its sessions are connected; on stdin it takes ``drain`` and
 ``stop``; a responder goes on serving until ``stop``.
 """
@@ -145,7 +151,7 @@ def connect(history: History, label: str, endpoints: list[str], keys, stop: thre
         history.call("connect", label, attempt)
         if session is not None:
             history.labels[id(session)] = label
-            history.write(type="session", session=label, id=session.id)
+            history.write(type="session", session=label, id=session.id, name=kwargs.get("name"))
             return session
         stop.wait(RETRY_S)
     return None
@@ -153,13 +159,18 @@ def connect(history: History, label: str, endpoints: list[str], keys, stop: thre
 
 def receive_loop(history: History, label: str, session, stop: threading.Event,
                  reply: bool = False) -> None:
-    """Take every message until ``stop``, recording each (and answering asks)."""
+    """Take every message until ``stop``, recording each (and answering asks), with the
+    broker that last welcomed the session (a ``broker`` line when that changes)."""
+    broker = None
     while not stop.is_set():
         msg = session.receive(0.3)
+        if session.welcome.get("brokerId") != broker:
+            broker = session.welcome.get("brokerId")
+            history.write(type="broker", session=label, broker=broker)
         if msg is None:
             continue
         history.write(type="recv", session=label, id=msg.get("id"), sender=msg.get("from"),
-                      to=msg.get("target"), token=msg.get("message"))
+                      to=msg.get("target"), token=msg.get("message"), broker=broker)
         if reply and msg.get("expectsReply"):
             session.intercom(action="reply", message=f"re:{msg.get('message')}")
 
@@ -245,15 +256,29 @@ def sticky(args, history: History, keys, endpoints: list[str], stop, drain) -> l
 
 def live(args, history: History, keys, endpoints: list[str], stop, drain) -> list:
     a_name, b_name = f"{args.tag}-a{args.index}", f"{args.tag}-b{args.index}"
-    b = connect(history, "b", rotated(endpoints, args.index + 1), keys, stop, name=b_name)
+    if args.only == "b":      # the receiver alone (its sender is a worker on another host)
+        b = connect(history, "b", rotated(endpoints, args.index + 1), keys, stop, name=b_name)
+        receiver = threading.Thread(target=receive_loop, args=(history, "b", b, stop, True))
+        receiver.start()
+        print("ready", flush=True)
+        return [b, receiver]
+    held = []
+    if args.only != "a":
+        b = connect(history, "b", rotated(endpoints, args.index + 1), keys, stop, name=b_name)
+        receiver = threading.Thread(target=receive_loop, args=(history, "b", b, stop, True))
+        receiver.start()
+        held = [b, receiver]
     a = connect(history, "a", rotated(endpoints, args.index), keys, stop, name=a_name)
-    receiver = threading.Thread(target=receive_loop, args=(history, "b", b, stop, True))
-    receiver.start()
     wait_listed(history, f"{b_name} listed", stop, lambda: any(   # b's broker told a's
         row.get("name") == b_name for row in a.intercom(action="list").get("sessions", [])))
     print("ready", flush=True)
     known: dict = {}
     watch_id(history, "a", a, known)
+    # Plain sends of their own, every interval: the loop below waits on each ask, which
+    # a receiver cut off holds until it is back, so without them a cut of the
+    # receiver's clients would see next to no live sends while it holds.
+    pacer = threading.Thread(target=pace, args=(args, history, a, b_name, drain, stop))
+    pacer.start()
     n = 0
     while not drain.is_set() and not stop.is_set():
         token = f"{args.tag}/l{args.index}/{n}"
@@ -265,10 +290,23 @@ def live(args, history: History, keys, endpoints: list[str], stop, drain) -> lis
             history.call("send", "a", lambda: a.intercom(action="send", to=b_name, message=token),
                          token=token, to=b_name)
         watch_id(history, "a", a, known)
-        watch_id(history, "b", b, known)
+        if held:
+            watch_id(history, "b", held[0], known)
         n += 1
         drain.wait(args.interval)
-    return [a, b, receiver]
+    return [a, *held, pacer]
+
+
+def pace(args, history: History, a, b_name: str, drain, stop) -> None:
+    """Session ``a``'s plain sends to ``b_name``, one every interval until ``drain``
+    (tokens ``<tag>/l<index>/p<n>``), whatever the asks wait for."""
+    n = 0
+    while not drain.is_set() and not stop.is_set():
+        token = f"{args.tag}/l{args.index}/p{n}"
+        history.call("send", "a", lambda: a.intercom(action="send", to=b_name, message=token),
+                     token=token, to=b_name)
+        n += 1
+        drain.wait(args.interval)
 
 
 def invoke(args, history: History, keys, endpoints: list[str], stop, drain) -> list:
@@ -332,6 +370,8 @@ def main() -> None:
     parser.add_argument("--tag", required=True)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--interval", type=float, default=0.3)
+    parser.add_argument("--only", choices=("a", "b"),
+                        help="live role: only the sender a, or only the receiver b")
     args = parser.parse_args()
     from client.keys import from_directory
     keys = from_directory(args.keys, "alice")
