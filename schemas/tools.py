@@ -11,19 +11,50 @@ from __future__ import annotations
 
 from typing import Any
 
-from .limits import (ALT_TEXT_CHARS, MAX_ATTACHMENT_CHARS, MAX_ATTACHMENTS, MAX_CHANNEL_CHARS,
+from .limits import (ALT_TEXT_CHARS, ASK_TIMEOUT_S, MAX_ATTACHMENT_CHARS, MAX_ATTACHMENTS, MAX_CHANNEL_CHARS,
                      MAX_GROUP_CHARS, MAX_MESSAGE_CHARS, MAX_REASON_CHARS, MAX_TARGET_CHARS,
                      MAX_WAIT_TIMEOUT_S, WAIT_TIMEOUT_S)
 
 INTERCOM_ACTIONS = ("list", "groups", "join", "leave", "send", "ask", "reply", "pending", "status")
 
+# What each action does, one sentence each: the ``action`` parameter's description is
+# made of them, so a model reading the tool definition learns every action there.
+ACTION_HELP: dict[str, str] = {
+    "list": "show the sessions you share a group with and the workflow stages you can "
+            "reach (PENDING or RUNNING, with the exact target to copy); with group, look "
+            "at that one group without joining it",
+    "groups": "show every group that has a connected session, how many are in each and "
+              "which ones you are in; look names up here rather than guess them",
+    "join": "become a member of group too (a new name creates it); your other groups "
+            "stay, and the answer lists all of them",
+    "leave": "stop being a member of group, or without group go back to just your home "
+             "group; the answer lists the groups you are left in",
+    "send": "deliver message (with any attachments) to the session or stage named by "
+            "to and return at once, without waiting for an answer; a workflow stage that "
+            "has not started yet gets it queued",
+    "ask": "send message to a live session and wait until it replies (the reply is "
+           "the result) or timeout seconds pass",
+    "reply": "answer the message you are handling now, or else the only ask still "
+             "waiting for you; with several waiting, name one with to or replyTo",
+    "pending": "show the asks sent to you that still wait for your reply: who asked, "
+               "the message id, how long ago and the start of the text",
+    "status": "show your connection, session id, groups and the broker's state; with "
+              "messageId, tell what became of a message you sent",
+}
+
 ATTACHMENT_SCHEMA: dict[str, Any] = {
     "type": "object",
+    "description": "One item the receiver reads after the message text.",
     "properties": {
-        "type": {"type": "string", "enum": ["file", "snippet", "context"]},
-        "name": {"type": "string", "minLength": 1, "maxLength": 1024},
-        "content": {"type": "string", "maxLength": MAX_ATTACHMENT_CHARS},
-        "language": {"type": "string", "maxLength": 64},
+        "type": {"type": "string", "enum": ["file", "snippet", "context"],
+                 "description": "file (a file's content), snippet (a piece of code or "
+                                "text) or context (background the receiver should know)"},
+        "name": {"type": "string", "minLength": 1, "maxLength": 1024,
+                 "description": "what the receiver sees it as: a file path or a short title"},
+        "content": {"type": "string", "maxLength": MAX_ATTACHMENT_CHARS,
+                    "description": "the text the receiver reads"},
+        "language": {"type": "string", "maxLength": 64,
+                     "description": "for code: its language, used to fence it (py, ts, ...)"},
     },
     "required": ["type", "name", "content"],
     "additionalProperties": False,
@@ -31,23 +62,40 @@ ATTACHMENT_SCHEMA: dict[str, Any] = {
 
 INTERCOM_SCHEMA: dict[str, Any] = {
     "title": "intercom",
-    "description": "Discover, message and ask other agent sessions on the Intercom bus.",
+    "description": "Talk to the other agent sessions on the Intercom bus: see who is there "
+                   "and which groups exist, join or leave groups, send a message, ask and "
+                   "wait for the answer, reply to what you were sent. Choose what to do "
+                   "with action; each parameter says which actions use it.",
     "type": "object",
     "properties": {
-        "action": {"type": "string", "enum": list(INTERCOM_ACTIONS)},
+        "action": {"type": "string", "enum": list(INTERCOM_ACTIONS),
+                   "description": "What to do. " + " ".join(
+                       f"{name}: {text}." for name, text in ACTION_HELP.items())},
         "to": {"type": "string", "minLength": 1, "maxLength": MAX_TARGET_CHARS,
-               "description": "Full session id, exact name, unique 8-hex id prefix, "
-                              "Atomic session id, or workflow:<runId>/<stage>[/...] path"},
-        "message": {"type": "string", "maxLength": MAX_MESSAGE_CHARS},
-        "attachments": {"type": "array", "maxItems": MAX_ATTACHMENTS, "items": ATTACHMENT_SCHEMA},
+               "description": "send, ask: who gets it. A session's full id, its exact name, "
+                              "the first 8 hex digits of its id, its Atomic session id, or a "
+                              "workflow:<runId>/<stage>[/...] path (* one segment, ** any "
+                              "depth) as list shows it. reply: which sender's ask to answer"},
+        "message": {"type": "string", "maxLength": MAX_MESSAGE_CHARS,
+                    "description": "send, ask, reply: the text the receiver reads"},
+        "attachments": {"type": "array", "maxItems": MAX_ATTACHMENTS, "items": ATTACHMENT_SCHEMA,
+                        "description": "send, ask, reply (optional): files, snippets or "
+                                       "context shown to the receiver after the message, "
+                                       "in this order"},
         "replyTo": {"type": "string", "maxLength": 128,
-                    "description": "Exact message id or unique 8-hex prefix of an unresolved inbound ask"},
-        "group": {"type": "string", "maxLength": MAX_GROUP_CHARS},
+                    "description": "reply (or send): the id of the message you answer, in "
+                                   "full or its first 8 hex digits, as pending lists it; "
+                                   "needed when one sender has several asks waiting"},
+        "group": {"type": "string", "maxLength": MAX_GROUP_CHARS,
+                  "description": "join: the group to add; leave: the group to drop (leave "
+                                 "it out to return to your home group); list, status: look "
+                                 "at this group only, without joining it"},
         "messageId": {"type": "string", "minLength": 1, "maxLength": 128,
                       "description": "status only: a message you sent; answers its receipt "
                                      "(delivered, read, seen, replied or undelivered)"},
         "timeout": {"type": "number", "exclusiveMinimum": 0,
-                    "description": "ask only: seconds to wait for the reply (default 600)"},
+                    "description": f"ask only: seconds to wait for the reply (default "
+                                   f"{ASK_TIMEOUT_S:g})"},
     },
     "required": ["action"],
     "additionalProperties": False,
@@ -56,7 +104,9 @@ INTERCOM_SCHEMA: dict[str, Any] = {
 # One respond attachment: a path the broker carries, not the file's bytes.
 OUTPUT_ATTACHMENT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"path": {"type": "string", "minLength": 1, "maxLength": 4096},
+    "properties": {"path": {"type": "string", "minLength": 1, "maxLength": 4096,
+                            "description": "a file here that the channel shows with the "
+                                           "output"},
                    "altText": {"type": "string", "maxLength": ALT_TEXT_CHARS,
                                "description": "image paths only"}},
     "required": ["path"], "additionalProperties": False}
@@ -66,12 +116,19 @@ RESPOND_SCHEMA: dict[str, Any] = {
     "description": "Post this agent's output to a channel (a session of the same agent).",
     "type": "object",
     "properties": {
-        "content": {"type": "string", "maxLength": MAX_MESSAGE_CHARS},
-        "draft": {"type": "string", "minLength": 1, "maxLength": 128},
-        "channel": {"type": "string", "minLength": 1, "maxLength": MAX_CHANNEL_CHARS},
+        "content": {"type": "string", "maxLength": MAX_MESSAGE_CHARS,
+                    "description": "the text to post (or give draft instead)"},
+        "draft": {"type": "string", "minLength": 1, "maxLength": 128,
+                  "description": "the id of a draft to post as it stands (instead of content)"},
+        "channel": {"type": "string", "minLength": 1, "maxLength": MAX_CHANNEL_CHARS,
+                    "description": "where: current (the default), last, owner, or a channel "
+                                   "id of this agent"},
         "attachments": {"type": "array", "maxItems": MAX_ATTACHMENTS,
-                        "items": OUTPUT_ATTACHMENT_SCHEMA},
-        "final": {"type": "boolean"},
+                        "items": OUTPUT_ATTACHMENT_SCHEMA,
+                        "description": "files to show with the output, by path "
+                                       "(discord: channels only)"},
+        "final": {"type": "boolean",
+                  "description": "false while more output of this turn follows (default true)"},
     },
     "oneOf": [{"required": ["content"]}, {"required": ["draft"]}],
     "additionalProperties": False,
@@ -82,8 +139,12 @@ INVOKE_SCHEMA: dict[str, Any] = {
     "description": "Queue a turn in another existing session of the same agent.",
     "type": "object",
     "properties": {
-        "session": {"type": "string", "minLength": 1, "maxLength": MAX_CHANNEL_CHARS},
-        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_REASON_CHARS},
+        "session": {"type": "string", "minLength": 1, "maxLength": MAX_CHANNEL_CHARS,
+                    "description": "the channel id (as list_sessions shows it) of another "
+                                   "persistent conversation of this agent"},
+        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_REASON_CHARS,
+                   "description": "why that conversation should take a turn: it reads "
+                                  "this when the turn starts"},
     },
     "required": ["session", "reason"],
     "additionalProperties": False,
