@@ -20,7 +20,7 @@ import sys
 
 from schemas.limits import PROTOCOL_VERSION
 
-from .context import INTERRUPTED, OK, Cli, Exit
+from .context import INTERRUPTED, OK, USAGE, Cli, Exit
 from .registry import COMMANDS
 
 PACKAGE = "intercom-bus"
@@ -66,7 +66,9 @@ def add_shared_flags(parser: argparse.ArgumentParser, suppress: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m client", description="Intercom bus client.")
+    # As it was started: the ``intercom`` console script, or ``python -m client``.
+    prog = "intercom" if os.path.basename(sys.argv[0]) == "intercom" else "python -m client"
+    parser = argparse.ArgumentParser(prog=prog, description="Intercom bus client.")
     parser.add_argument("--version", action="version", version=version())
     add_shared_flags(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -97,10 +99,21 @@ def run(argv: list[str] | None = None) -> int:
     """Parse and run one command; returns its exit code (raises Exit, SystemExit)."""
     args = build_parser().parse_args(argv)
     if args.command == "mcp":
-        from ..mcp_server import main as serve_mcp   # the optional 'mcp' extra
+        try:
+            from ..mcp_server import main as serve_mcp   # the optional 'mcp' extra
+        except ImportError as exc:
+            if _ours(exc.name):
+                raise                   # a bug of this package, not a missing extra
+            raise Exit(USAGE, f"client mcp: the MCP server needs the MCP SDK ({exc}): "
+                       f"pip install '{PACKAGE}[mcp]'") from None
         return serve_mcp(args)
     (command,) = [c for c in COMMANDS if c.name == args.command]
     return command.run(Cli(args))
+
+
+def _ours(module: str | None) -> bool:
+    """Whether ``module`` (an ImportError's ``name``) is of this package."""
+    return (module or "").partition(".")[0] in ("client", "schemas", "broker")
 
 
 def main(argv: list[str] | None = None) -> int:
