@@ -1,4 +1,10 @@
-"""How an inbound message reads to the agent: text, attachments, and a reply hint."""
+"""How an inbound message reads to the agent: text, attachments, and a reply hint.
+
+A message with ``replyable: false`` (its sender can be sent nothing: a control
+connection, such as the command line) gets :data:`UNANSWERABLE` instead of the "To
+answer" hint; an ask from one keeps its hint, as its reply reaches the asker while it
+waits. The field is optional: a broker that does not send it leaves every message
+answerable, as before."""
 
 from __future__ import annotations
 
@@ -58,11 +64,18 @@ def _plain_parts(key: tuple) -> tuple[str, str]:
     return head, hint
 
 
+# A message whose sender nobody can message (``replyable: false``: the command line or
+# another control connection) says so instead of the reply hint, whatever the setting:
+# the hint would propose a send that fails with target_not_found.
+UNANSWERABLE = ("\n\nIts sender cannot be answered: it came from a command line or tool "
+                "that nobody can send to, so a send or reply to it fails.")
+
+
 def render_body(msg: dict, reply_hint: bool = True) -> str:
     """The agent-visible body of an inbound message."""
     get = msg.get
     if not get("attachments") and not get("expectsReply") and not get("replyTo") \
-            and not get("receivedBeforeStart"):
+            and not get("receivedBeforeStart") and get("replyable") is not False:
         key = (get("fromName"), get("from"), get("sentAt"), reply_hint)
         try:
             parts = _heads.get(key)
@@ -80,7 +93,9 @@ def render_body(msg: dict, reply_hint: bool = True) -> str:
     attachments = get("attachments")
     if attachments:
         text = f"{text}\n\n{render_attachments(attachments)}"
-    if reply_hint:
+    if get("replyable") is False and not get("expectsReply"):
+        text += UNANSWERABLE
+    elif reply_hint:
         if get("expectsReply"):
             text += (f'\n\nThey are waiting for your answer: intercom({{action: "reply", '
                      f'replyTo: "{get("id")}", message: "..."}})')

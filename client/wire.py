@@ -62,6 +62,10 @@ def expand_msgs(env: dict, msgs: list) -> None:
     # No "attachments" list here (the session adds it when the message is taken): a
     # dict of atomic values only is not tracked by the garbage collector, which then
     # does not walk a receiver's backlog of them on every collection.
+    start = len(msgs)
     msgs.extend({"id": msg_id, "message": text, "sentAt": sent_at, "expectsReply": False,
                  "fromName": name, "from": sender}
                 for msg_id, text in zip(ids, texts))
+    if env.get("replyable") is False:         # a sender nobody can message (a control one)
+        for at in range(start, len(msgs)):
+            msgs[at]["replyable"] = False

@@ -32,6 +32,13 @@ export function renderAttachments(attachments) {
     .join("\n\n");
 }
 
+// A message whose sender nobody can message (`replyable: false`: the command line or
+// another control connection) says so instead of the reply hint, whatever the setting:
+// the hint would propose a send that fails with target_not_found. An ask from one keeps
+// its hint (its reply reaches the asker while it waits). As client/render.py.
+export const UNANSWERABLE = "\n\nIts sender cannot be answered: it came from a command line or tool " +
+  "that nobody can send to, so a send or reply to it fails.";
+
 /** The agent-visible body of an inbound message. */
 export function renderBody(msg, replyHint = true) {
   const from = pyStr(msg.from);
@@ -42,7 +49,9 @@ export function renderBody(msg, replyHint = true) {
   if (msg.receivedBeforeStart) header = `Messages received before you started\n${header}`;
   let text = `${header}\nSent: ${stamp(msg.sentAt)}\n\n${message}`;
   if (hasAttachments) text += `\n\n${renderAttachments(attachments)}`;
-  if (replyHint) {
+  if (msg.replyable === false && !msg.expectsReply) {
+    text += UNANSWERABLE;
+  } else if (replyHint) {
     if (msg.expectsReply) {
       text += `\n\nThey are waiting for your answer: intercom({action: "reply", replyTo: "${pyStr(msg.id)}", message: "..."})`;
     } else if (!msg.replyTo) {

@@ -143,7 +143,9 @@ export function expandMsgs(env, msgs) {
   if (!Array.isArray(ids) || !Array.isArray(messages)) return;
   const count = Math.min(ids.length, messages.length);
   for (let i = 0; i < count; i++) {
-    msgs.push({ id: ids[i], message: messages[i], sentAt: env.sentAt, expectsReply: false,
-      fromName: env.fromName, from: env.from });
+    const msg = { id: ids[i], message: messages[i], sentAt: env.sentAt, expectsReply: false,
+      fromName: env.fromName, from: env.from };
+    if (env.replyable === false) msg.replyable = false; // a sender nobody can message
+    msgs.push(msg);
   }
 }

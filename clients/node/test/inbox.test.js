@@ -39,6 +39,20 @@ test("bodies read as the Python client renders them", () => {
   assert.match(renderBody({ from: "s", fromName: null, message: "m", sentAt: "later" }), /^Message from None \(s\)\nSent: unknown time/);
 });
 
+test("a message whose sender nobody can message says so instead of the reply hint", () => {
+  const msg = { id: "m2", from: "c1", fromName: "cli", message: "hi", sentAt: 1796216272.5, expectsReply: false,
+    attachments: [], replyable: false };
+  const said = "Message from cli (c1)\nSent: 2026-12-02 12:57:52 UTC\n\nhi\n\nIts sender cannot be answered: it came " +
+    "from a command line or tool that nobody can send to, so a send or reply to it fails.";
+  assert.equal(renderBody(msg), said);
+  assert.equal(renderBody(msg, false), said);
+  // An ask from it is answered with reply while it waits: the hint stays.
+  assert.match(renderBody({ ...msg, expectsReply: true }), /They are waiting for your answer: intercom\(\{action: "reply", replyTo: "m2"/);
+  // Without the field (a broker that does not send it), the usual hint.
+  const { replyable, ...plain } = msg;
+  assert.match(renderBody(plain), /To answer: intercom\(\{action: "send", to: "c1"/);
+});
+
 test("JSON text keeps 64-bit integers exact both ways", () => {
   const value = { big: 2n ** 63n - 1n, small: 5, text: "9007199254740993", list: [-(2n ** 63n)] };
   const text = stringify(value);

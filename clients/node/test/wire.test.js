@@ -49,6 +49,13 @@ test("a msgs envelope stands for one msg per id", () => {
   const msgs = [];
   expandMsgs({ from: "s", fromName: "n", sentAt: 1.5, ids: ["1", "2"], messages: ["a", "b"] }, msgs);
   assert.deepEqual(msgs.map((m) => [m.id, m.message, m.from, m.expectsReply]), [["1", "a", "s", false], ["2", "b", "s", false]]);
+  assert.ok(msgs.every((m) => !("replyable" in m)));
+});
+
+test("a msgs envelope from a sender nobody can message marks each of its msgs", () => {
+  const msgs = [{ id: "0" }];
+  expandMsgs({ from: "c", fromName: "cli", sentAt: 1.5, ids: ["1", "2"], messages: ["a", "b"], replyable: false }, msgs);
+  assert.deepEqual(msgs.map((m) => m.replyable), [undefined, false, false]);
 });
 
 test("frames that are not envelopes are refused with the protocol's codes", () => {
