@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Iterable, TextIO
 
-from .looking import INTERRUPTED, OK, LookFailed, exit_code, open_look
+from .looking import INTERRUPTED, OK, exit_code, open_look, refusal_line
 
 WATCH_S = 1.0
 CLEAR = "\x1b[H\x1b[2J"
@@ -38,8 +38,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             while True:
                 answer = look.stats(args.top)
                 if not answer.get("ok"):
-                    print(json.dumps(answer) if args.json else
-                          f"client: {answer.get('error')}", file=out if args.json else sys.stderr)
+                    print(json.dumps(answer) if args.json else refusal_line(answer),
+                          file=out if args.json else sys.stderr)
                     return exit_code(answer.get("code"))
                 if args.json:
                     print(json.dumps(answer, indent=None if args.watch else 2, sort_keys=True),
@@ -50,9 +50,6 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
                 if not args.watch:
                     return OK
                 time.sleep(WATCH_S)       # the refresh period the user asked for
-    except LookFailed as exc:
-        print(f"client: {exc}", file=sys.stderr)
-        return exc.code
     except KeyboardInterrupt:
         return INTERRUPTED
 

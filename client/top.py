@@ -22,7 +22,7 @@ import tty
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from .looking import INTERRUPTED, OK, USAGE, LookFailed, exit_code, open_look
+from .looking import INTERRUPTED, OK, USAGE, exit_code, open_look, refusal_line
 
 REFRESH_S = 1.0
 QUIT_KEYS = frozenset("qQ")
@@ -52,14 +52,11 @@ def run(args: argparse.Namespace) -> int:
                 answer = look.stats(max(1, min(args.rows, 100)))
                 if not answer.get("ok"):
                     live.stop()
-                    print(f"client: {answer.get('error')}", file=sys.stderr)
+                    print(refusal_line(answer), file=sys.stderr)
                     return exit_code(answer.get("code"))
                 live.update(view(answer, rates.update(answer, time.monotonic())), refresh=True)
                 if keys(REFRESH_S) & QUIT_KEYS:
                     return OK
-    except LookFailed as exc:
-        print(f"client: {exc}", file=sys.stderr)
-        return exc.code
     except KeyboardInterrupt:
         return INTERRUPTED
 

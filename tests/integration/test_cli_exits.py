@@ -16,7 +16,7 @@ from .conftest import ROOT, child_env, stop_process
 
 NO_BROKER_ARGS = [["list"], ["groups"], ["status"], ["list", "--all"], ["runs"],
                   ["sessions", "--agent", "kai"], ["send", "bob", "hi"], ["ask", "bob", "hi"],
-                  ["tail"]]
+                  ["tail"], ["stats"]]
 
 
 @pytest.mark.parametrize("args", NO_BROKER_ARGS, ids=lambda a: " ".join(a))
@@ -119,3 +119,4 @@ def _until_a_line(tail: Running, session, timeout: float = 15.0) -> None:
         if tail.reader.next_line(0.1) is not None:
             return
     raise AssertionError(f"tail printed nothing within {timeout:g} s")
+
