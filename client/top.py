@@ -4,7 +4,8 @@ Each second it asks the broker for ``stats`` on a control connection (see
 :mod:`client.looking`) and redraws with Rich (the optional ``top`` extra): sessions
 (furthest behind in reading first), runs with their stages and queue depths, the
 largest queues, the rates of routed messages, settled asks and refusals (from the
-counters' change since the previous answer), and the latest refusals.
+counters' change over the answers of the last :data:`RATE_WINDOW_S` seconds), and the
+latest refusals.
 
 Keys are read from the terminal in cbreak mode (restored on exit); ``q`` exits 0,
 Ctrl-C 130. Exit codes otherwise as ``stats``: 1 refused, 3 no broker.
@@ -19,12 +20,14 @@ import sys
 import termios
 import time
 import tty
+from collections import deque
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from .looking import INTERRUPTED, OK, USAGE, exit_code, open_look, refusal_line
 
 REFRESH_S = 1.0
+RATE_WINDOW_S = 10.0         # rates are over this much of the latest answers
 QUIT_KEYS = frozenset("qQ")
 TOP_ROWS = 15
 
@@ -87,19 +90,38 @@ def keys_pressed() -> Iterator:
 
 
 class Rates:
-    """Per-second rates of the counters between two answers."""
+    """Per-second rates of the counters over the answers of the last
+    :data:`RATE_WINDOW_S` seconds.
 
-    def __init__(self) -> None:
-        self._last: tuple[float, dict[str, int]] | None = None
+    Between two answers a second apart, refusals that come now and then (or a burst
+    shorter than the refresh) showed as ``0.0/s`` most of the time; over the window,
+    one refusal every few seconds reads as the rate it is, and a burst stays on screen
+    for the window. A broker that restarted (another id, or counters that went down)
+    starts the window again."""
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._broker: Any = None
+        self._samples: deque[tuple[float, dict[str, int]]] = deque()
 
     def update(self, answer: dict[str, Any], now: float) -> dict[str, float | None]:
         counters = answer["counters"]
         current = {"messages": counters["messagesRouted"], "asks": counters["asksSettled"],
                    "refusals": counters["refused"]}
-        last, self._last = self._last, (now, current)
-        if last is None or now <= last[0]:
+        samples, broker = self._samples, (answer.get("broker") or {}).get("id")
+        if broker != self._broker or (samples and (
+                now <= samples[-1][0]
+                or any(current[name] < samples[-1][1][name] for name in current))):
+            samples.clear()
+        self._broker = broker
+        # Keep the newest sample at least window_s old: the base of the rates.
+        while len(samples) > 1 and now - samples[1][0] >= self.window_s:
+            samples.popleft()
+        samples.append((now, current))
+        if len(samples) < 2:
             return dict.fromkeys(current)
-        return {name: (value - last[1][name]) / (now - last[0]) for name, value in current.items()}
+        then, base = samples[0]
+        return {name: (value - base[name]) / (now - then) for name, value in current.items()}
 
 
 def view(s: dict[str, Any], rates: dict[str, float | None]):
@@ -120,7 +142,8 @@ def view(s: dict[str, Any], rates: dict[str, float | None]):
         f"sessions {sessions['local']} ({kinds or 'none'})  mirrored {sessions['mirrored']}  "
         f"groups {s['groups']['count']}  runs {s['runs']['live']} live {s['runs']['dormant']} "
         f"dormant {s['runs']['closed']} closed  asks pending {s['asks']['pending']}\n",
-        f"messages {rate('messages')}  asks settled {rate('asks')}  refusals {rate('refusals')}"
+        f"messages {rate('messages')}  asks settled {rate('asks')}  refusals {rate('refusals')} "
+        f"({s['counters']['refused']:,} in all)"
         f"  queued {s['queues']['entries']}  store pending {store['pendingRecords']} "
         f"commit p99 {_ms(store['commitP99S'])}")
 

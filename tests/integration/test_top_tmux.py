@@ -4,10 +4,12 @@ checks the exit status. tmux is installed if missing; without it the test fails.
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -95,3 +97,40 @@ def test_top_shows_sessions_and_counters_then_q_quits_with_status_0(broker, term
 def test_top_without_a_broker_exits_3(tmp_path, terminal_for):
     terminal = terminal_for("--endpoint", f"ipc://{tmp_path}/nobody.sock", "top")
     terminal.wait_for(f"{EXITED}3", "No broker is listening")
+
+
+def test_top_shows_a_refusal_rate_while_refusals_come_slower_than_it_redraws(
+        broker, terminal_for):
+    """One refusal every 2.5 s: between two answers a second apart the count mostly
+    does not move, and "refusals 0.0/s" showed on most redraws while refusals went on.
+    Over the last seconds' answers, every redraw after the first refusal shows a rate."""
+    stop = threading.Event()
+    refused = []
+
+    def refuse_now_and_then() -> None:
+        with Client.connect(name="refuser", endpoint=broker.endpoint, timeout=15) as session:
+            while True:
+                refused.append(session.intercom(action="send", to="nobody", message="x")["code"])
+                if stop.wait(2.5):       # the workload's own pace, not a settle
+                    return
+
+    terminal = terminal_for("--endpoint", broker.endpoint, "top")
+    terminal.wait_for("intercom top")
+    worker = threading.Thread(target=refuse_now_and_then)
+    worker.start()
+    try:
+        terminal.wait_for("1 in all)")
+        seen: set[str] = set()
+        deadline = time.monotonic() + 6.0           # several redraws, two refusals more
+        while time.monotonic() < deadline:
+            rate = re.search(r"refusals (\S+)/s \((\d+) in all\)", terminal.screen())
+            if rate:
+                seen.add(rate.group(1))
+            time.sleep(0.2)      # polling the screen for a redraw, not a settle
+        assert seen and "0.0" not in seen, seen
+    finally:
+        stop.set()
+        worker.join(30)
+    assert set(refused) == {"target_not_found"} and len(refused) >= 3, refused
+    terminal.type("q")
+    terminal.wait_for(f"{EXITED}0")
