@@ -5,6 +5,7 @@ nothing), asks once, prints the answer and leaves."""
 from __future__ import annotations
 
 import argparse
+import difflib
 
 from schemas.errors import error_reply
 
@@ -28,12 +29,43 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_list(cli: Cli) -> int:
+    absent = None
     with cli.connect() as session:
         if cli.args.all:
             answer = session.overview()
         else:
             answer = session.intercom(action="list", **_group(cli))
-    return cli.finish(answer, lambda a: listing(a, cli.now(), cli.style, everywhere=cli.args.all))
+            if _nothing_in_the_group(cli, answer):
+                absent = _absent_group(cli.args.group, session.intercom(action="groups"))
+
+    def render(a: dict) -> list[str]:
+        lines = listing(a, cli.now(), cli.style, everywhere=cli.args.all)
+        return [absent] if absent is not None else lines
+    return cli.finish(answer, render)
+
+
+def _nothing_in_the_group(cli: Cli, answer: dict) -> bool:
+    """A ``list --group G`` that found no session and no run (and is read by a person:
+    ``--json`` prints the answer as it is)."""
+    return (not cli.json and answer.get("ok") and getattr(cli.args, "group", None) is not None
+            and not answer.get("sessions") and not answer.get("workflows")
+            and not answer.get("closedStages"))
+
+
+def _absent_group(group: str, groups: dict) -> str | None:
+    """The line for a group no connected session is in (a typo, most often), with the
+    names it may have meant; None when ``groups`` lists it (its members are not
+    visible here) or could not be read."""
+    if not groups.get("ok"):
+        return None
+    names = [g.get("name") for g in groups.get("groups") or [] if isinstance(g.get("name"), str)]
+    if group.strip() in names:
+        return None
+    by_lower = {name.lower(): name for name in names}
+    near = [by_lower[n] for n in difflib.get_close_matches(group.strip().lower(), by_lower, 3, 0.6)]
+    line = f"no group {group!r}: no connected session is in it"
+    return line + (f" (did you mean {', '.join(near)}?)" if near else
+                   " (the groups command lists every group)")
 
 
 def run_groups(cli: Cli) -> int:

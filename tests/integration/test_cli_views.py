@@ -167,3 +167,21 @@ def _read_all(fd: int) -> str:
             break
         chunks.append(chunk)
     return b"".join(chunks).decode()
+
+
+def test_list_of_a_group_nobody_is_in_says_so_and_names_the_group_it_may_mean(bus, tmp_path):
+    member = bus.connect("member")
+    typo = bus.group[:-1] + "x"                 # its last hex digit mistyped
+    ran = cli(bus, tmp_path, "list", "--group", typo)
+    assert (ran.code, ran.err) == (0, ""), ran
+    # The closest name first (the module's other groups may follow it).
+    (line,) = ran.lines
+    assert line.startswith(f"no group {typo!r}: no connected session is in it "
+                           f"(did you mean {bus.group}"), ran
+    nothing = cli(bus, tmp_path, "list", "--group", "zz-nothing-like-it")
+    assert nothing.lines == ["no group 'zz-nothing-like-it': no connected session is in it "
+                             "(the groups command lists every group)"], nothing
+    # The raw answer is left as the broker gave it; the real group lists its member.
+    assert cli(bus, tmp_path, "list", "--group", typo, "--json").json()["sessions"] == []
+    found = cli(bus, tmp_path, "list", "--group", bus.group)
+    assert found.code == 0 and member.id in found.out, found
