@@ -152,14 +152,23 @@ def tail(endpoint: str, group: str | None, as_json: bool, out: TextIO = sys.stdo
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--group", help="only this group's presence events")
-    which.add_argument("--channel", help="only the outputs posted to this channel id "
-                       "(PUB topic channel:<ID>)")
+    which.add_argument("--group", type=_topic_name, help="only this group's presence events")
+    which.add_argument("--channel", type=_topic_name, help="only the outputs posted to this "
+                       "channel id (PUB topic channel:<ID>)")
     parser.add_argument("--pub-endpoint", help="the broker's PUB endpoint (default: what the "
                         "broker at --endpoint says, else $INTERCOM_PUB_ENDPOINT)")
     parser.add_argument("--count", type=_positive_int, metavar="N", help="stop after N lines")
     parser.add_argument("--timeout", type=float, metavar="S",
                         help="stop after S seconds (with --count: exit 1 if fewer came)")
+
+
+def _topic_name(text: str) -> str:
+    """A group or channel to follow, trimmed as the broker trims names. An empty one is
+    no topic anything is published under, so the tail would wait for nothing: refused
+    at once (exit 2)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text.strip()
 
 
 def _positive_int(text: str) -> int:

@@ -120,3 +120,10 @@ def _until_a_line(tail: Running, session, timeout: float = 15.0) -> None:
             return
     raise AssertionError(f"tail printed nothing within {timeout:g} s")
 
+
+@pytest.mark.parametrize("flag", ["--channel", "--group"])
+def test_tail_of_an_empty_channel_or_group_is_refused_at_once(bus, short_tmp, flag):
+    # With a broker there: the tail would otherwise wait for a topic nothing is sent under.
+    ran = run_cli(short_tmp, "--endpoint", bus.endpoint, "tail", flag, "", timeout=30)
+    assert (ran.code, ran.out) == (2, ""), ran
+    assert ran.err.splitlines()[-1].endswith(f"argument {flag}: must not be empty"), ran
