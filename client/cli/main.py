@@ -95,9 +95,36 @@ def _add_mcp(sub) -> None:
                        help="send no notifications/claude/channel pushes")
 
 
+def unknown_flag_before_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first option before the command that ``parser`` (the top level) does not
+    take, or None. argparse would skip it and blame the next word as the command
+    (``--endpiont x list``: "invalid choice: 'x'"); this names the flag instead."""
+    takes = parser._option_string_actions          # every spelling -> its action
+    at = 0
+    while at < len(argv) and argv[at].startswith("-") and argv[at] != "--":
+        flag, has_value, _ = argv[at].partition("=")
+        if flag in takes:
+            action = takes[flag]
+        else:                          # argparse takes a unique prefix of a long flag
+            prefixed = [known for known in takes
+                        if flag.startswith("--") and known.startswith(flag)]
+            if not prefixed:
+                return flag
+            if len(prefixed) > 1:
+                return None            # ambiguous: argparse says so itself
+            action = takes[prefixed[0]]
+        at += 1 if has_value or action.nargs == 0 else 2
+    return None
+
+
 def run(argv: list[str] | None = None) -> int:
     """Parse and run one command; returns its exit code (raises Exit, SystemExit)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    unknown = unknown_flag_before_command(parser, words)
+    if unknown is not None:
+        parser.error(f"unrecognized arguments: {unknown} (before the command)")
+    args = parser.parse_args(words)
     if args.command == "mcp":
         try:
             from ..mcp_server import main as serve_mcp   # the optional 'mcp' extra

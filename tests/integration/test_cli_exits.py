@@ -121,6 +121,16 @@ def _until_a_line(tail: Running, session, timeout: float = 15.0) -> None:
     raise AssertionError(f"tail printed nothing within {timeout:g} s")
 
 
+def test_a_misspelled_flag_before_the_command_is_what_the_error_names(short_tmp):
+    ran = run_cli(short_tmp, "--endpiont", "x", "list")
+    assert (ran.code, ran.out) == (2, ""), ran
+    last = ran.err.splitlines()[-1]
+    assert last == "python -m client: error: unrecognized arguments: --endpiont (before the command)"
+    # A flag it does take, even shortened as argparse allows, still works there.
+    shortened = run_cli(short_tmp, "--endp", f"ipc://{short_tmp}/none.sock", "list")
+    assert shortened.code == 3 and shortened.err.startswith("no_broker: "), shortened
+
+
 @pytest.mark.parametrize("flag", ["--channel", "--group"])
 def test_tail_of_an_empty_channel_or_group_is_refused_at_once(bus, short_tmp, flag):
     # With a broker there: the tail would otherwise wait for a topic nothing is sent under.
