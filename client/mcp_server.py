@@ -258,8 +258,8 @@ def connect(args: Any) -> Session:
     liveness window passes: the broker then gives a fresh id, and what it kept for the
     old one would never reach this process. So once, when the id was refused because a
     live session holds it, this waits out that window and asks again; a second server of
-    the same name that really runs beside this one keeps the fresh id (as before).
-    Raises ConnectError, OSError, ValueError."""
+    the same name that really runs beside this one keeps the fresh id (as before), and
+    says so in one warning line on stderr. Raises ConnectError, OSError, ValueError."""
     path = history_path(args.name, args.history_file)
     identity = read_identity(path)
 
@@ -273,9 +273,16 @@ def connect(args: Any) -> Session:
             session.welcome.get("reason") != HOLDER_LIVE:
         return session
     wait_s = float(session.welcome.get("livenessS") or LIVENESS_S) + RECLAIM_MARGIN_S
+    held = identity.get("sessionId")
     session.close()
     time.sleep(wait_s)      # the broker's liveness window: the old holder's silence ends it
-    return open_session()
+    session = open_session()
+    if session.welcome.get("reclaimed") is False and session.welcome.get("reason") == HOLDER_LIVE:
+        _log.warning("another MCP server named %r is running (it holds session %s): this "
+                     "one is a new session, %s, and a send to the name %r is now refused as "
+                     "ambiguous; give each server its own --name", args.name, held,
+                     session.id, args.name)
+    return session
 
 
 def main(args: Any) -> int:

@@ -362,3 +362,55 @@ def test_what_a_killed_server_took_and_never_showed_reaches_the_next_server_of_i
     while {peer.receipt(i)["state"] for i in ids} != {"seen"}:
         assert time.monotonic() < deadline, [peer.receipt(i) for i in ids]
         time.sleep(0.05)
+
+
+def start_server_with_stderr(bus, home, name: str) -> subprocess.Popen:
+    """A server process spoken to in raw JSON-RPC lines, initialized, its stderr a pipe."""
+    proc = subprocess.Popen(server_command(name, *flags(bus, "--no-push")), cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            env=child_env(home, INTERCOM_DATA_DIR=str(home / "data")))
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"}}}
+    proc.stdin.write((json.dumps(hello) + "\n").encode())
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    return proc
+
+
+def ended_stderr(proc: subprocess.Popen) -> list[str]:
+    """Close the server's stdin (the host is done): its exit status must be 0; the lines
+    it wrote on stderr."""
+    proc.stdin.close()
+    assert proc.wait(15) == 0
+    return proc.stderr.read().decode().splitlines()
+
+
+def test_a_second_server_of_a_name_that_runs_says_so_in_one_line(bus, home):
+    peer = bus.connect("peer")
+    name = unique("m")
+    first = start_server_with_stderr(bus, home, name)
+    second = third = None
+    try:
+        # It waits out the liveness window once (the first might be a dead process), then
+        # runs beside the first on a fresh id, and says so.
+        second = start_server_with_stderr(bus, home, name)
+        refused = peer.intercom(action="send", to=name, message="which one?")
+        assert refused["code"] == "ambiguous_target", refused
+        (line,) = ended_stderr(second)
+        assert f"another MCP server named {name!r} is running" in line, line
+        assert "give each server its own --name" in line
+        assert ended_stderr(first) == []
+        # A server started at once after its predecessor was killed takes the id back
+        # after the same wait, and has nothing to say.
+        last = start_server_with_stderr(bus, home, name)
+        last.kill()
+        last.wait(10)
+        third = start_server_with_stderr(bus, home, name)
+        assert ended_stderr(third) == []
+    finally:
+        for proc in (first, second, third):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
