@@ -39,6 +39,7 @@ import os
 import queue
 import re
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -48,7 +49,9 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 DRIVERS = {
-    "python": lambda: ["python3", str(HERE / "drivers" / "python_driver.py")],
+    # The interpreter running the suite: "python3" from PATH may be another one, without
+    # this checkout's dependencies (a venv that is not activated).
+    "python": lambda: [sys.executable, str(HERE / "drivers" / "python_driver.py")],
     "node": lambda: ["node", str(HERE / "drivers" / "node_driver.mjs")],
 }
 STEP_TIMEOUT_S = 30.0          # a command's answer, at most (asks carry their own timeout)

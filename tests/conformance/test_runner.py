@@ -36,3 +36,25 @@ def test_matchers_by_type_pattern_and_containment():
     assert match({"$re": "^a+$"}, "ab") != []
     assert match({"$contains": [{"n": 1, "...": True}]}, [{"n": 2}, {"n": 1, "m": 0}]) == []
     assert match({"$contains": [{"n": 3}]}, [{"n": 2}]) != []
+
+
+def test_the_python_driver_runs_on_the_suites_interpreter_not_a_python3_from_path(tmp_path):
+    """A venv that is not activated: the ``python3`` on PATH is another interpreter
+    (here one that only fails). The driver still starts, on sys.executable, and answers."""
+    import os
+    import stat
+
+    from .runner import Driver
+
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\necho 'not the suite interpreter' >&2\nexit 97\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    env = dict(os.environ, PATH=f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    driver = Driver("python", env)
+    try:
+        request = driver.send("connect", "a", {"name": "a", "endpoint": f"ipc://{tmp_path}/none.sock",
+                                               "autoStart": False, "timeout": 5})
+        answer = driver.wait(request, 30)
+        assert answer["ok"] is False and answer["code"] == "no_broker", answer
+    finally:
+        driver.close()
