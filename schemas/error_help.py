@@ -154,6 +154,8 @@ HELP: dict[str, str] = {
                   "message.",
     "confirmation_declined": "The person declined; do not send, or ask them again.",
     "unknown_run": "Check the run id (`intercom list`); the run may have ended.",
+    "run_has_host": "Ask the run's host to end it (`end_run`), or wait until its host has "
+                    "left; an operator ends only runs without a live host.",
     "not_run_host": "Only the run's host changes it; another session takes it over with "
                     "`take_over` and the run grant.",
     "invalid_transition": "Report states in order: PENDING, RUNNING, then completed, "

@@ -176,7 +176,9 @@ _TABLE = [
               "its sender left or its ask ended; see intercom pending and pass replyTo or to"),
     ErrorSpec("confirmation_declined", "state", "Send was not confirmed"),
     ErrorSpec("unknown_run", "state", "No workflow run {run_id!r} is registered"),
-    ErrorSpec("not_run_host", "state", "Only the session that registered run {run_id!r} may change it"),
+    ErrorSpec("not_run_host", "state", "Only the session that registered run {run_id!r} may change it{detail}"),
+    ErrorSpec("run_has_host", "state", "Run {run_id!r} has a live host (session {host}): only "
+              "it ends the run"),
     ErrorSpec("invalid_transition", "state", "Stage {stage!r} cannot go from {old} to {new}"),
     ErrorSpec("stage_not_deliverable", "state", "{to!r} is a stage with group \"default\": it is "
               "not workflow-owned and cannot receive Intercom messages before it starts; send "

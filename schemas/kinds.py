@@ -202,6 +202,13 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          "row with ``broker`` (null: held here) and ``homeGroup``, each run as in ``list``. "
          "For the operator's control connection only (over ipc or loopback, or with the "
          "broker's own CURVE key).", request=True),
+    Kind("end_run", CLIENT, "End a workflow run whose host left and will not come back "
+         "(dormant, or waiting out its host's lease): its queued entries are reported "
+         "undeliverable, its groups close, and it is forgotten. For the operator's control "
+         "connection only (as ``overview``); a run with a live host is refused "
+         "``run_has_host``. Answered ``{runId, ended, undeliverable}``.", (
+        _f("runId", str, "the run", required=True, max_len=None),
+    ), request=True),
     Kind("invoke", CLIENT, "Queue a one-shot turn in another persistent session of the agent; "
          "answered ``{queued, id, session}`` once the job is committed.", (
         _f("session", str, "the destination's channel id", required=True,
