@@ -244,3 +244,14 @@ def test_a_draft_is_refused_on_any_channel_but_current_even_one_naming_the_calle
     assert respond(bus, b"a", channel=channel)["channel"] == "discord:1"   # it does name it
     assert refusal(respond(bus, b"a", "text", draft="d1", channel=channel)) == "draft_not_current"
     assert outputs(bus, b"a") == [] and published(bus) == []
+
+
+def test_a_channel_the_send_filter_names_gets_nothing_and_the_answer_says_so():
+    bus = agent_bus(quiet=AgentSettings(owner_id=OWNER, no_delivery=frozenset({OWNER})))
+    bus.hello("owner-side", agent="quiet", channel=OWNER)
+    bus.hello("job", agent="quiet", channel="discord:2")
+    result = respond(bus, b"job", "nightly report", channel="owner")
+    assert (result["ok"], result["sent"], result["delivery"]) == (True, True, "none")
+    assert published(bus) == [] and outputs(bus, b"owner-side") == []
+    plain = respond(bus, b"job", "to myself")             # not filtered: delivered
+    assert "delivery" not in plain and published(bus) == [("channel:discord:2", "to myself")]

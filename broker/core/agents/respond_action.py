@@ -51,6 +51,16 @@ def respond(state: State, session: Session, env: dict, re: str, now: float) -> N
     output_id = state.new_id()
     output = envelopes.output(channel, env["content"], attachments, final, caller.channel,
                               output_id, session.id)
+    answer = {"final": final, "sent": True, "channel": channel, "outputId": output_id}
+    if channel in conversations.settings_of(caller.agent).no_delivery:
+        # The agent's send filter (delivery.toml): the send path completed by design
+        # without delivering, so ``sent`` stays true, and ``delivery`` says so.
+        state.stats["respond.filtered"] += 1
+        answer["delivery"] = "none"
+        if draft is not None:
+            answer["draft"] = draft
+        state.answer(session, re, answer)
+        return
     conversations.outputs[output_id] = SentOutput(session.id, channel)
     target = conversations.get(caller.agent, channel)
     if target is not None and target.live:
@@ -60,7 +70,6 @@ def respond(state: State, session: Session, env: dict, re: str, now: float) -> N
             state.out.append(Send(live.identity, output))
     state.out.append(Publish(channel_topic(channel), output))
     state.stats["respond.sent"] += 1
-    answer = {"final": final, "sent": True, "channel": channel, "outputId": output_id}
     if draft is not None:
         answer["draft"] = draft
     state.answer(session, re, answer)
