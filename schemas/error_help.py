@@ -119,6 +119,8 @@ HELP: dict[str, str] = {
                       "or an MCP server's name); a client's hello `actFor`/`actForToken`.",
     "act_for_refused": "Check the identity entry is the live session's latest (id and reclaim "
                        "secret) and that you connect to the broker holding it.",
+    "not_output_channel": "Acknowledge an output from the conversation it was sent to (the "
+                          "session holding that channel).",
     "operator_only": "Connect over the broker's ipc endpoint or loopback, or with the "
                      "broker's own CURVE pair (`--operator-key`).",
     "control_only": "Call this from a control connection (`sessionKind` \"control\").",

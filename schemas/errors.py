@@ -99,6 +99,8 @@ _TABLE = [
     ErrorSpec("ambiguous_stage", "target", "{to!r} matches several live stages ({candidates}); ask by the exact stage path from intercom list"),
     ErrorSpec("invalid_path", "target", "{to!r} is not a valid workflow path: {detail}"),
     ErrorSpec("not_supervisor", "target", "This session has no supervisor to contact"),
+    ErrorSpec("not_output_channel", "authority", "Only the session of channel {channel!r} "
+              "acknowledges the outputs sent to it"),
     ErrorSpec("unknown_output", "target", "No output {output_id!r} is known here: it was never sent, "
               "or it is too old (the broker remembers the latest outputs only)"),
     ErrorSpec("channel_not_found", "target", "No session {channel!r} exists for agent {agent!r}; "

@@ -255,3 +255,16 @@ def test_a_channel_the_send_filter_names_gets_nothing_and_the_answer_says_so():
     assert published(bus) == [] and outputs(bus, b"owner-side") == []
     plain = respond(bus, b"job", "to myself")             # not filtered: delivered
     assert "delivery" not in plain and published(bus) == [("channel:discord:2", "to myself")]
+
+
+def test_only_the_channels_own_session_acknowledges_its_output():
+    bus = agent_bus()
+    bus.hello("sender", agent="lys", channel="discord:1")
+    bus.hello("reader", agent="lys", channel="discord:2")
+    bus.hello("onlooker", agent="lys", channel="discord:3")
+    bus.hello("plain")
+    output_id = respond(bus, b"sender", "for discord 2", channel="discord:2")["outputId"]
+    for stranger in (b"plain", b"onlooker", b"sender"):
+        refused = bus.request(stranger, "ack_output", outputId=output_id)
+        assert (refused["code"], "discord:2" in refused["error"]) == ("not_output_channel", True)
+    assert bus.request(b"reader", "ack_output", outputId=output_id)["acked"] is True
