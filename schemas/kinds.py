@@ -155,6 +155,10 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("stage", object, "stage_state: the stage path or name", max_len=None),
         _f("state", object, "stage_state: PENDING, RUNNING, completed, failed or skipped",
            max_len=None),
+        _f("savedSession", object, "stage_state: \"unreadable\" when the stage's saved session "
+           "cannot be read (it has no held subagents from then on: sends to them are no "
+           "longer held, those held are reported undeliverable; its own route is unaffected)",
+           max_len=None),
         _f("lateRouter", object, "register_run: the host answers asks to the run's stages "
            "after it ends (post-mortem)", max_len=None),
         _f("grant", object, "take_over: the run grant register_run gave its host", max_len=None),

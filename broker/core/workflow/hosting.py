@@ -21,6 +21,7 @@ from broker.core.sessions.membership import change_groups, room_for
 from broker.core.workflow.path_delivery import node_at, notify_undeliverable, settle_exact
 from broker.core.runs.paths import looks_like_path, parse_path
 from broker.core.messaging.ask_actions import settle_error
+from broker.core.workflow import held_sends as held
 from broker.core.workflow.closed_stages import close_run, forget_run
 from broker.core.sessions.grants import check_run, run_grant, stage_grant
 from broker.core.kernel.records import RunEnded
@@ -223,9 +224,15 @@ def stage_state(state: State, session: Session, env: dict, now: float) -> dict[s
     if node.terminal or (new == PENDING and node.state == RUNNING):
         if node.state != new:
             raise BusError("invalid_transition", stage=stage, old=node.state, new=new)
+    saved = env.get("savedSession")
+    if saved is not None and saved != "unreadable":
+        raise BusError("invalid_params", detail="savedSession must be \"unreadable\"")
     node.state = new
     if new in TERMINAL_STATES and not node.started:
         settle_exact(state, run, node, f"stage {new} before it started")
+    if saved == "unreadable" and not node.unreadable:
+        node.unreadable = True
+        held.unreadable(state, run, node.key())
     save(state, run)
     return {"runId": run.run_id, "stage": run.canonical(node), "state": node.state}
 
