@@ -295,9 +295,18 @@ class BusError(Exception):
         return answer
 
 
+# A value a refusal quotes back is cut to this many characters: a 250 KB run id or
+# target is not echoed whole (a refusal costs the broker and the wire little).
+QUOTED_CHARS_MAX = 1000
+
+
 def error_text(code: str, **fields: Any) -> str:
-    """Fill the text template of ``code``; missing fields never raise."""
+    """Fill the text template of ``code``; missing fields never raise; a long text
+    value is quoted cut (``QUOTED_CHARS_MAX``)."""
     spec = ERRORS[code]
+    for key, value in fields.items():
+        if value.__class__ is str and len(value) > QUOTED_CHARS_MAX:
+            fields[key] = value[:QUOTED_CHARS_MAX - 1] + "…"
     try:
         return spec.text.format(**fields)
     except (KeyError, IndexError, ValueError):
