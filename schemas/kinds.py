@@ -271,6 +271,9 @@ _MSG_FIELDS = (
     _f("postMortem", bool, "a late message to a closed stage (``stage``), for its host"),
     _f("stage", str, "a late message's closed stage: its canonical path", max_len=None),
     _f("held", bool, "held for this subagent while its run was dormant"),
+    _f("replyable", bool, "false: from a control connection (the command line), which no "
+       "session can message: a reply or send to it fails (an ask from one is answered "
+       "with reply as usual)"),
 )
 
 BROKER_KINDS: tuple[Kind, ...] = (
