@@ -10,6 +10,7 @@ counted; nothing a peer sends can stop the loop.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import select
@@ -494,6 +495,13 @@ class Broker:
         if getattr(self, "curve", None) is not None:
             self.curve.stop()
         self.ctx.term()
+        if self.router is not None:
+            # Its ipc socket files go with it (still under its lock: no broker that
+            # starts now can have bound them meanwhile).
+            for where in (self.settings.endpoint, self.settings.pub_endpoint):
+                if where and where.startswith("ipc://"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(where[len("ipc://"):])
         for fd in self._locks:
             os.close(fd)
         self._locks.clear()
