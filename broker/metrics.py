@@ -13,13 +13,16 @@ loop nothing, and shows numbers at most a second old, all from one moment.
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import (CollectorRegistry, PlatformCollector, ProcessCollector,
+                               start_http_server)
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily, Metric)
 
+from schemas.limits import PROTOCOL_VERSION
 from schemas.names import SESSION_KINDS
 
 from .commit_times import BUCKETS_S, CommitSnapshot
@@ -103,6 +106,22 @@ def families(snapshot: Snapshot) -> Iterator[Metric]:
                                 sum_value=commits.sum_s)
 
 
+class _BuildInfo:
+    """``intercom_build_info{version, protocol}`` 1: what is running."""
+
+    def __init__(self) -> None:
+        try:
+            version = importlib.metadata.version("intercom-bus")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        self._family = GaugeMetricFamily("intercom_build_info", "The broker's version and "
+                                         "wire protocol version", labels=["version", "protocol"])
+        self._family.add_metric([version, str(PROTOCOL_VERSION)], 1)
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._family
+
+
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
@@ -115,6 +134,11 @@ class Exporter:
         self._collector = _Collector()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self._collector)
+        # The process's own series (process_cpu_seconds_total, process_resident_memory_bytes,
+        # process_open_fds, process_start_time_seconds, ...) and python_info.
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        registry.register(_BuildInfo())
         self._server, self._thread = start_http_server(port, addr=METRICS_ADDRESS,
                                                        registry=registry)
         self.port = self._server.server_port

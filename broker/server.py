@@ -10,6 +10,7 @@ counted; nothing a peer sends can stop the loop.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import select
@@ -35,6 +36,7 @@ from .client_frames import client_frames
 from .frame_peer import peer_of
 from .curve import CurveError, CurveServer
 from .idle import IdleExit
+from .memory_trim import MemoryTrim
 from .link_sockets import LinkSockets
 from .logs import get_logger
 from .observe import Observer
@@ -139,6 +141,7 @@ class Broker:
         self._told_failing: set[str] = set()     # links whose handshakes keep failing, logged
         self._packb = new_packer()
         self.frames_in = 0
+        self.bytes_in = 0       # for the memory trim after a burst (broker.memory_trim)
         self.frames_out = 0
         self._written: dict[bytes, int] = {}   # bytes per identity this round (backlog)
         if restored:
@@ -211,6 +214,7 @@ class Broker:
             if self.settings.exit_when_idle_s is not None else None
         worker = self.worker
         by_link = engine.cluster.by_link
+        trim = MemoryTrim()
         monotonic, wall_clock = time.monotonic, time.time
         while not self._stopping:
             # Deadlines and liveness run on the monotonic clock: a wall-clock step
@@ -281,6 +285,7 @@ class Broker:
             if now >= self.observer.due:
                 self.observer.refresh(engine, worker, now, self.frames_in, self.frames_out)
             deadline = engine.next_deadline()
+            trim.round(self.bytes_in, now)
             if idle is not None and idle.due(engine.local_sessions, now):
                 self.log.info("broker_idle_exit", idle_s=idle.after_s)
                 self._stopping = True
@@ -320,6 +325,7 @@ class Broker:
             while data.more:
                 data = recv(copy=False)
             self.frames_in += 1
+            self.bytes_in += len(frame)
             try:
                 if extra:
                     raise BusError("bad_envelope", detail="a message must be exactly one frame")
@@ -489,6 +495,13 @@ class Broker:
         if getattr(self, "curve", None) is not None:
             self.curve.stop()
         self.ctx.term()
+        if self.router is not None:
+            # Its ipc socket files go with it (still under its lock: no broker that
+            # starts now can have bound them meanwhile).
+            for where in (self.settings.endpoint, self.settings.pub_endpoint):
+                if where and where.startswith("ipc://"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(where[len("ipc://"):])
         for fd in self._locks:
             os.close(fd)
         self._locks.clear()

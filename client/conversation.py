@@ -86,7 +86,9 @@ class ConversationMethods:
 
     def end_turn(self) -> dict[str, Any]:
         """End the open turn; ``{"ok": True, "turn", "recovery"}`` where ``recovery`` is
-        the reported outcome (None when the turn recorded no draft)."""
+        the reported outcome (None when the turn recorded no draft). A ``failed`` turn
+        also carries its ``drafts`` (``[{id, text, completion, outcome}]``): an
+        ephemeral conversation keeps no recovery row, so this is where they are."""
         if self._closed:
             return error_reply("session_closed")
         return self._end_turn(CALL_TIMEOUT_S)
@@ -115,7 +117,10 @@ class ConversationMethods:
         result = self._send_recovery(report, timeout)
         if not result.get("ok"):
             return result
-        return {"ok": True, "turn": turn, "recovery": report["outcome"]}
+        ended = {"ok": True, "turn": turn, "recovery": report["outcome"]}
+        if report["outcome"] == "failed":
+            ended["drafts"] = [dict(draft) for draft in report["drafts"]]
+        return ended
 
     def _send_recovery(self, report: dict, timeout: float) -> dict[str, Any]:
         """Tell the broker this turn's recovery state (kept for persistent conversations).

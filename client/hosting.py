@@ -39,10 +39,15 @@ class HostingMethods:
         return self._call("workflow", {"op": "add_stages", "runId": run_id, "stages": stages,
                                        "parent": parent})
 
-    def set_stage_state(self, run_id: str, stage: str, state: str) -> dict[str, Any]:
-        """Report a transition: PENDING, RUNNING, completed, failed or skipped."""
-        return self._call("workflow", {"op": "stage_state", "runId": run_id, "stage": stage,
-                                       "state": state})
+    def set_stage_state(self, run_id: str, stage: str, state: str,
+                        saved_session: str | None = None) -> dict[str, Any]:
+        """Report a transition: PENDING, RUNNING, completed, failed or skipped.
+        ``saved_session="unreadable"``: the stage's saved session cannot be read, so it
+        has no held subagents from now on (its own route is unaffected)."""
+        fields = {"op": "stage_state", "runId": run_id, "stage": stage, "state": state}
+        if saved_session is not None:
+            fields["savedSession"] = saved_session
+        return self._call("workflow", fields)
 
     def revoke_stage(self, run_id: str, stage: str) -> dict[str, Any]:
         """Revoke a stage's grant: no session can bind to it with that grant any more."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas.errors import error_reply
 from schemas.names import MEMBERSHIPS_CHANGED
 
 
@@ -37,3 +38,14 @@ class OperatorMethods:
         connection of the broker's operator (over ipc or loopback on its host, or with
         its own CURVE key); anyone else gets ``operator_only``."""
         return self._call("overview", {})
+
+    def end_abandoned_run(self, run_id: str) -> dict[str, Any]:
+        """End the workflow run ``run_id`` whose host left and will not come back (a
+        dormant run, or one waiting out its host's lease): its queued messages are
+        reported undeliverable and the run is forgotten. Answers ``{"ok", "runId",
+        "ended", "undeliverable"}``. Only for the operator's control connection (as
+        :meth:`overview`); a run with a live host is refused ``run_has_host`` (its host
+        ends it with ``end_run``)."""
+        if not isinstance(run_id, str) or not run_id:
+            return error_reply("invalid_params", detail="run_id must be a non-empty string")
+        return self._call("end_run", {"runId": run_id})

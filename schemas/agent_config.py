@@ -45,6 +45,9 @@ def channel_problem(channel: object) -> bool:
 class AgentSettings:
     owner_id: str | None = None     # agent.toml ownerId
     invoke: bool = False            # tools.toml invoke
+    # delivery.toml none: channels this agent's respond outputs are not sent to (a send
+    # filter: respond still answers sent, as the configured path completed)
+    no_delivery: frozenset[str] = frozenset()
 
 
 DEFAULT_SETTINGS = AgentSettings()
@@ -60,6 +63,12 @@ def _channel(value: object) -> str:
     return value  # type: ignore[return-value]
 
 
+def _channels(value: object) -> frozenset[str]:
+    if not isinstance(value, list) or len(value) > 1024:
+        raise _Reject
+    return frozenset(_channel(item) for item in value)
+
+
 def _boolean(value: object) -> bool:
     if not isinstance(value, bool):
         raise _Reject
@@ -70,6 +79,8 @@ def _boolean(value: object) -> bool:
 FILES: dict[str, dict[str, tuple[str, Callable[[object], Any], str]]] = {
     "agent.toml": {"ownerId": ("a channel id such as \"discord:123\"", _channel, "owner_id")},
     "tools.toml": {"invoke": ("true or false", _boolean, "invoke")},
+    "delivery.toml": {"none": ("a list of channel ids such as [\"discord:123\"]", _channels,
+                               "no_delivery")},
 }
 
 

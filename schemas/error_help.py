@@ -119,6 +119,8 @@ HELP: dict[str, str] = {
                       "or an MCP server's name); a client's hello `actFor`/`actForToken`.",
     "act_for_refused": "Check the identity entry is the live session's latest (id and reclaim "
                        "secret) and that you connect to the broker holding it.",
+    "not_output_channel": "Acknowledge an output from the conversation it was sent to (the "
+                          "session holding that channel).",
     "operator_only": "Connect over the broker's ipc endpoint or loopback, or with the "
                      "broker's own CURVE pair (`--operator-key`).",
     "control_only": "Call this from a control connection (`sessionKind` \"control\").",
@@ -154,6 +156,8 @@ HELP: dict[str, str] = {
                   "message.",
     "confirmation_declined": "The person declined; do not send, or ask them again.",
     "unknown_run": "Check the run id (`intercom list`); the run may have ended.",
+    "run_has_host": "Ask the run's host to end it (`end_run`), or wait until its host has "
+                    "left; an operator ends only runs without a live host.",
     "not_run_host": "Only the run's host changes it; another session takes it over with "
                     "`take_over` and the run grant.",
     "invalid_transition": "Report states in order: PENDING, RUNNING, then completed, "

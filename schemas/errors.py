@@ -99,6 +99,8 @@ _TABLE = [
     ErrorSpec("ambiguous_stage", "target", "{to!r} matches several live stages ({candidates}); ask by the exact stage path from intercom list"),
     ErrorSpec("invalid_path", "target", "{to!r} is not a valid workflow path: {detail}"),
     ErrorSpec("not_supervisor", "target", "This session has no supervisor to contact"),
+    ErrorSpec("not_output_channel", "authority", "Only the session of channel {channel!r} "
+              "acknowledges the outputs sent to it"),
     ErrorSpec("unknown_output", "target", "No output {output_id!r} is known here: it was never sent, "
               "or it is too old (the broker remembers the latest outputs only)"),
     ErrorSpec("channel_not_found", "target", "No session {channel!r} exists for agent {agent!r}; "
@@ -176,7 +178,9 @@ _TABLE = [
               "its sender left or its ask ended; see intercom pending and pass replyTo or to"),
     ErrorSpec("confirmation_declined", "state", "Send was not confirmed"),
     ErrorSpec("unknown_run", "state", "No workflow run {run_id!r} is registered"),
-    ErrorSpec("not_run_host", "state", "Only the session that registered run {run_id!r} may change it"),
+    ErrorSpec("not_run_host", "state", "Only the session that registered run {run_id!r} may change it{detail}"),
+    ErrorSpec("run_has_host", "state", "Run {run_id!r} has a live host (session {host}): only "
+              "it ends the run"),
     ErrorSpec("invalid_transition", "state", "Stage {stage!r} cannot go from {old} to {new}"),
     ErrorSpec("stage_not_deliverable", "state", "{to!r} is a stage with group \"default\": it is "
               "not workflow-owned and cannot receive Intercom messages before it starts; send "
@@ -291,9 +295,18 @@ class BusError(Exception):
         return answer
 
 
+# A value a refusal quotes back is cut to this many characters: a 250 KB run id or
+# target is not echoed whole (a refusal costs the broker and the wire little).
+QUOTED_CHARS_MAX = 1000
+
+
 def error_text(code: str, **fields: Any) -> str:
-    """Fill the text template of ``code``; missing fields never raise."""
+    """Fill the text template of ``code``; missing fields never raise; a long text
+    value is quoted cut (``QUOTED_CHARS_MAX``)."""
     spec = ERRORS[code]
+    for key, value in fields.items():
+        if value.__class__ is str and len(value) > QUOTED_CHARS_MAX:
+            fields[key] = value[:QUOTED_CHARS_MAX - 1] + "…"
     try:
         return spec.text.format(**fields)
     except (KeyError, IndexError, ValueError):

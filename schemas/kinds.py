@@ -155,6 +155,10 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("stage", object, "stage_state: the stage path or name", max_len=None),
         _f("state", object, "stage_state: PENDING, RUNNING, completed, failed or skipped",
            max_len=None),
+        _f("savedSession", object, "stage_state: \"unreadable\" when the stage's saved session "
+           "cannot be read (it has no held subagents from then on: sends to them are no "
+           "longer held, those held are reported undeliverable; its own route is unaffected)",
+           max_len=None),
         _f("lateRouter", object, "register_run: the host answers asks to the run's stages "
            "after it ends (post-mortem)", max_len=None),
         _f("grant", object, "take_over: the run grant register_run gave its host", max_len=None),
@@ -202,6 +206,13 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          "row with ``broker`` (null: held here) and ``homeGroup``, each run as in ``list``. "
          "For the operator's control connection only (over ipc or loopback, or with the "
          "broker's own CURVE key).", request=True),
+    Kind("end_run", CLIENT, "End a workflow run whose host left and will not come back "
+         "(dormant, or waiting out its host's lease): its queued entries are reported "
+         "undeliverable, its groups close, and it is forgotten. For the operator's control "
+         "connection only (as ``overview``); a run with a live host is refused "
+         "``run_has_host``. Answered ``{runId, ended, undeliverable}``.", (
+        _f("runId", str, "the run", required=True, max_len=None),
+    ), request=True),
     Kind("invoke", CLIENT, "Queue a one-shot turn in another persistent session of the agent; "
          "answered ``{queued, id, session}`` once the job is committed.", (
         _f("session", str, "the destination's channel id", required=True,
@@ -260,6 +271,9 @@ _MSG_FIELDS = (
     _f("postMortem", bool, "a late message to a closed stage (``stage``), for its host"),
     _f("stage", str, "a late message's closed stage: its canonical path", max_len=None),
     _f("held", bool, "held for this subagent while its run was dormant"),
+    _f("replyable", bool, "false: from a control connection (the command line), which no "
+       "session can message: a reply or send to it fails (an ask from one is answered "
+       "with reply as usual)"),
 )
 
 BROKER_KINDS: tuple[Kind, ...] = (

@@ -8,6 +8,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -100,6 +101,9 @@ def test_signal_stops_broker_cleanly_with_exit_code_0(running, connect, sig):
     log = running.log.read_text()
     assert "Traceback" not in log
     assert any(r.get("event") == "broker_stopped" for r in log_records(log)), log
+    # A clean stop leaves no socket files behind.
+    for endpoint in (running.endpoint, running.pub_endpoint):
+        assert not Path(endpoint[len("ipc://"):]).exists(), endpoint
 
 
 def test_stopped_broker_releases_its_endpoints_for_the_next_broker(short_tmp):

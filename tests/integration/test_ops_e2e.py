@@ -152,8 +152,16 @@ def test_metrics_endpoint_exports_the_intercom_names(ops_broker):
             "intercom_messages_routed_total", "intercom_refusals_total",
             "intercom_commit_seconds",
             "intercom_links", "intercom_runs"} <= names
-    assert all(name.startswith("intercom_") for name in names)
+    ours = {name for name in names if not name.startswith(("process_", "python_"))}
+    assert all(name.startswith("intercom_") for name in ours)
     assert sample(text, "intercom_commit_seconds_count") >= 0
+    # The process's own series, when it started, and what is running.
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total",
+            "process_start_time_seconds", "process_open_fds", "python_info",
+            "intercom_build_info"} <= names
+    assert sample(text, "process_start_time_seconds") > 1.7e9
+    assert re.search(r'^intercom_build_info\{protocol="1",version="[^"]+"\} 1\.0$', text, re.M) or \
+        re.search(r'^intercom_build_info\{version="[^"]+",protocol="1"\} 1\.0$', text, re.M), text
 
 
 def test_routed_and_refused_counters_move_after_sends_and_refusals(ops_broker):

@@ -271,8 +271,12 @@ def test_a_later_rejected_turn_replaces_the_row_and_reset_deletes_it(bus):
 def test_an_ephemeral_conversation_keeps_no_recovery_row_and_cannot_be_reset(bus):
     me = conversation(bus, "lys", f"discord:{unique('c')}", persistent=False)
     me.begin_turn()
-    me.record_draft("never kept", complete=True)
-    assert me.end_turn()["ok"]
+    draft = me.record_draft("never kept", complete=True)
+    ended = me.end_turn()
+    assert ended["ok"] and ended["recovery"] == "failed"
+    # No row keeps them: the failed turn itself carries its drafts.
+    assert ended["drafts"] == [{"id": draft, "text": "never kept", "completion": "complete",
+                                "outcome": "declined"}]
     assert recovery_rows(bus.broker.db, "lys", me.channel) == []
     assert me.reset()["code"] == "not_persistent"
     assert me.delete()["code"] == "not_persistent"

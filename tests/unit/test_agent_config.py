@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.agent_config import AgentSettings, load_agents
+from schemas.agent_config import AgentSettings, load_agent, load_agents
 
 
 def write(base, agent: str, name: str, text: str) -> None:
@@ -45,3 +45,14 @@ def test_a_directory_that_is_no_safe_agent_name_is_skipped(tmp_path):
     write(tmp_path, ".hidden", "tools.toml", "invoke = true\n")
     agents, problems = load_agents(tmp_path / "agents")
     assert agents == {} and "not a safe agent name" in problems[0]
+
+
+def test_the_send_filter_lists_channels_and_refuses_anything_else(tmp_path):
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "delivery.toml").write_text('none = ["discord:1", "internal:x"]\n')
+    settings, problems = load_agent(config)
+    assert (settings.no_delivery, problems) == (frozenset({"discord:1", "internal:x"}), [])
+    (config / "delivery.toml").write_text('none = ["nowhere"]\n')
+    settings, problems = load_agent(config)
+    assert settings.no_delivery == frozenset() and "delivery.toml" in problems[0]

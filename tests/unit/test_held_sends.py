@@ -83,3 +83,23 @@ def test_a_live_run_does_not_hold():
     bus.hello("helper", parent=planner["sessionId"])
     bus.feed(b"helper", envelope("bye"))
     assert bus.call(b"host", "send", to="helper", message="x")["code"] == "target_not_found"
+
+
+def test_a_stage_whose_saved_session_cannot_be_read_has_no_held_subagents():
+    bus, host, _, helper, _ = dormant_run_with_subagent()
+    assert send(bus, "helper", "m1", "first")["held"] is True
+    # Its host comes back and cannot read the stage's saved session: the subagent will
+    # not be restored, so what waits for it is reported, and nothing more is held.
+    bus.hello("host", identity=b"host2", sessionId=host["sessionId"], token=host["token"])
+    bus.commit()
+    answer = bus.workflow(b"host2", "stage_state", runId="r1", stage="plan", state="RUNNING",
+                          savedSession="unreadable")
+    assert answer["ok"], answer
+    (notice,) = [e for e in bus.sends(b"peer", "event") if e["event"] == "undeliverable"]
+    assert (notice["messageId"], notice["target"]) == ("m1", "helper")
+    assert bus.engine.state.runs["r1"].held == {}
+    assert bus.engine.state.runs["r1"].node_by_key("plan").unreadable
+    refused = bus.workflow(b"host2", "stage_state", runId="r1", stage="plan", state="RUNNING",
+                           savedSession="lost")
+    assert refused["code"] == "invalid_params"
+    assert send(bus, "workflow:r1/plan", "m2", "to the stage itself")["ok"]   # its own route

@@ -234,3 +234,16 @@ def test_each_message_of_one_delivery_has_the_time_it_was_seen():
     b.feed(b"bob", envelope("hb", read=10_000, seenThrough="p3"))
     first, third = receipt(b, b"alice", "p1"), receipt(b, b"alice", "p3")
     assert third["seenAt"] - first["seenAt"] == 1.5
+
+
+def test_a_message_from_a_control_connection_says_it_cannot_be_answered():
+    b = bus()
+    b.hello("bob")
+    b.hello("cli", identity=b"cli", sessionKind="control")
+    b.call(b"cli", "send", "c1", to="bob", message="hello from the shell")
+    (msg,) = b.sends(b"bob", "msg")
+    assert msg["replyable"] is False
+    b.hello("alice")
+    b.call(b"alice", "send", "a1", to="bob", message="from a session")
+    (msg,) = b.sends(b"bob", "msg")
+    assert "replyable" not in msg

@@ -244,3 +244,27 @@ def test_a_draft_is_refused_on_any_channel_but_current_even_one_naming_the_calle
     assert respond(bus, b"a", channel=channel)["channel"] == "discord:1"   # it does name it
     assert refusal(respond(bus, b"a", "text", draft="d1", channel=channel)) == "draft_not_current"
     assert outputs(bus, b"a") == [] and published(bus) == []
+
+
+def test_a_channel_the_send_filter_names_gets_nothing_and_the_answer_says_so():
+    bus = agent_bus(quiet=AgentSettings(owner_id=OWNER, no_delivery=frozenset({OWNER})))
+    bus.hello("owner-side", agent="quiet", channel=OWNER)
+    bus.hello("job", agent="quiet", channel="discord:2")
+    result = respond(bus, b"job", "nightly report", channel="owner")
+    assert (result["ok"], result["sent"], result["delivery"]) == (True, True, "none")
+    assert published(bus) == [] and outputs(bus, b"owner-side") == []
+    plain = respond(bus, b"job", "to myself")             # not filtered: delivered
+    assert "delivery" not in plain and published(bus) == [("channel:discord:2", "to myself")]
+
+
+def test_only_the_channels_own_session_acknowledges_its_output():
+    bus = agent_bus()
+    bus.hello("sender", agent="lys", channel="discord:1")
+    bus.hello("reader", agent="lys", channel="discord:2")
+    bus.hello("onlooker", agent="lys", channel="discord:3")
+    bus.hello("plain")
+    output_id = respond(bus, b"sender", "for discord 2", channel="discord:2")["outputId"]
+    for stranger in (b"plain", b"onlooker", b"sender"):
+        refused = bus.request(stranger, "ack_output", outputId=output_id)
+        assert (refused["code"], "discord:2" in refused["error"]) == ("not_output_channel", True)
+    assert bus.request(b"reader", "ack_output", outputId=output_id)["acked"] is True

@@ -51,6 +51,16 @@ def respond(state: State, session: Session, env: dict, re: str, now: float) -> N
     output_id = state.new_id()
     output = envelopes.output(channel, env["content"], attachments, final, caller.channel,
                               output_id, session.id)
+    answer = {"final": final, "sent": True, "channel": channel, "outputId": output_id}
+    if channel in conversations.settings_of(caller.agent).no_delivery:
+        # The agent's send filter (delivery.toml): the send path completed by design
+        # without delivering, so ``sent`` stays true, and ``delivery`` says so.
+        state.stats["respond.filtered"] += 1
+        answer["delivery"] = "none"
+        if draft is not None:
+            answer["draft"] = draft
+        state.answer(session, re, answer)
+        return
     conversations.outputs[output_id] = SentOutput(session.id, channel)
     target = conversations.get(caller.agent, channel)
     if target is not None and target.live:
@@ -60,7 +70,6 @@ def respond(state: State, session: Session, env: dict, re: str, now: float) -> N
             state.out.append(Send(live.identity, output))
     state.out.append(Publish(channel_topic(channel), output))
     state.stats["respond.sent"] += 1
-    answer = {"final": final, "sent": True, "channel": channel, "outputId": output_id}
     if draft is not None:
         answer["draft"] = draft
     state.answer(session, re, answer)
@@ -79,14 +88,18 @@ def relayed(state: State, session: Session, output: dict) -> None:
 
 
 def ack_output(state: State, session: Session, env: dict, re: str, now: float) -> None:
-    """The channel's side (its session, or a bridge's) acknowledges an output: its
-    sender hears ``output_acked`` once (over a link when it is on another broker).
-    Knowing the random ``outputId`` is what allows it: only those who got the output
-    have it. Raises BusError(unknown_output)."""
+    """The channel's own session (the agent session holding that channel: a runtime's
+    conversation, or the bridge that is its session on a remote platform) acknowledges
+    an output: its sender hears ``output_acked`` once (over a link when it is on
+    another broker). Knowing the ``outputId`` is not enough: PUB subscribers see it.
+    Raises BusError(unknown_output | not_output_channel)."""
     output_id = env["outputId"]
     sent = state.conversations.outputs.get(output_id)
     if sent is None:
         raise BusError("unknown_output", output_id=output_id)
+    mine = state.conversations.by_session.get(session.id)
+    if mine is None or mine.channel != sent.channel:
+        raise BusError("not_output_channel", channel=sent.channel)
     sender = state.registry.by_id.get(sent.sender_id)
     told = sender is not None
     if not sent.acked:

@@ -102,6 +102,7 @@ KINDS: dict[str, KindHandler] = {
     "sessions": conversations.sessions,
     "stats": stats,
     "overview": overview,
+    "end_run": hosting.end_abandoned,
     "invoke": invoking.invoke,
     "finish_invocation": invoking.finish,
     "turn": conversations.turn,

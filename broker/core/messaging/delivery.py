@@ -27,6 +27,10 @@ def deliver(state: State, sender_id: str, sender_name: str, target: Session, msg
     ``keep`` False: a queued entry, which its queue sends again (it gets a receipt only)."""
     if not expects_reply:
         state.recent_for(target)[msg_id] = sender_id
+        sender = state.registry.by_id.get(sender_id)
+        if sender is not None and sender.is_control:
+            # Nobody can message a control connection: the receiver is told so.
+            extra = {**(extra or {}), "replyable": False}
     if target.agent is not None:
         touch(state, target)
     state.stats["messages.routed"] += 1
@@ -41,6 +45,10 @@ def deliver(state: State, sender_id: str, sender_name: str, target: Session, msg
 def deliver_texts(state: State, sender: Session, target: Session, ids: list[str],
                   texts: list[str]) -> None:
     """Plain text messages (no attachments, not asks) from ``sender``, in order."""
+    if sender.is_control:       # each says it cannot be answered (see deliver)
+        for msg_id, text in zip(ids, texts):
+            deliver(state, sender.id, sender.name, target, msg_id, text, [], state.wall)
+        return
     state.recent_for(target).put_all(ids, value=sender.id)
     if target.agent is not None:
         touch(state, target)

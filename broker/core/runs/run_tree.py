@@ -51,6 +51,7 @@ class Node:
     transcript: str | None = None     # transcript of the latest stage session
     started: bool = False             # a stage session has initialized at least once
     revoked: bool = False             # the host revoked the stage's grant
+    unreadable: bool = False          # its saved session cannot be read: no held subagents
     index: dict[str, list[Node]] = field(default_factory=dict)   # children by spelling
     _elements: list[frozenset[str]] | None = field(default=None, repr=False)
     _key: str | None = field(default=None, repr=False)
@@ -89,6 +90,7 @@ class Node:
         return {"name": self.name, "id": self.id, "kind": self.kind, "state": self.state,
                 "group": self.group, "intercom": self.intercom, "started": self.started,
                 "transcript": self.transcript, "revoked": self.revoked,
+                "unreadable": self.unreadable,
                 "children": [c.record() for c in self.children]}
 
 
@@ -260,6 +262,7 @@ def _node(spec: Any, parent: Node | None, restoring: bool) -> Node:
         node.started = bool(spec.get("started"))
         node.transcript = spec.get("transcript")
         node.revoked = bool(spec.get("revoked"))
+        node.unreadable = bool(spec.get("unreadable"))
     return node
 
 

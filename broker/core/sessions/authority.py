@@ -21,7 +21,7 @@ sessions or all runs.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from schemas.errors import BusError
 from schemas.names import run_group, run_of_group
@@ -174,15 +174,22 @@ def run_for(state: State, session: Session, path: WorkflowPath) -> Run:
     if run is None:
         if run_group(path.run_id) in session.groups:
             raise BusError("unknown_run", run_id=path.run_id)
-        raise different_group(session, path.run_id)
+        # No such run here: joining its group would not help, so no hint says so.
+        raise BusError("workflow_different_group", hint="")
     if not controls(session, run):
-        raise different_group(session, path.run_id)
+        raise different_group(session, path.run_id, run)
     return run
 
 
-def different_group(session: Session, run_id: str) -> BusError:
+def different_group(session: Session, run_id: str, run: Any = None) -> BusError:
     """The refusal of a run's stages to a session without control, saying how control
-    is gained (a stage never gains it)."""
+    is gained (a stage never gains it), and whether the run's host is gone (what is
+    queued to a dormant run waits for it to resume)."""
+    if session.stage is None and run is not None and run.host_id is None:
+        return BusError("workflow_different_group", hint=(
+            f"; its host left (the run is dormant or waits for it): what members queue "
+            f"waits for the run to resume. To queue anyway, join its invocation group "
+            f"first: intercom({{action: \"join\", group: \"{run_group(run_id)}\"}})"))
     if session.stage is not None:
         hint = ("; a workflow stage cannot steer another run, nor its own run's parent "
                 "or sibling groups")

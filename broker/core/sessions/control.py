@@ -51,7 +51,7 @@ from broker.core.sessions.authority import check_claimed
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 
-CONTROL_KINDS = frozenset({"call", "sessions", "overview", "stats", "hb", "bye"})
+CONTROL_KINDS = frozenset({"call", "sessions", "overview", "stats", "end_run", "hb", "bye"})
 OWN_ACTIONS = frozenset(CONTROL_ACTIONS)          # of ``call``, as itself
 ACTS_FOR = frozenset(ACTING_ACTIONS)              # of ``call``, for the session it acts for
 _NOT_FOR_CONTROL = ("agent", "channel", "stage", "parent", "grant")

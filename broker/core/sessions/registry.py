@@ -104,13 +104,13 @@ class Session:
         return f"{self.status} · {self.status_suffix}" if self.status_suffix else self.status
 
     def public(self) -> dict[str, Any]:
-        """The row other sessions see in list and presence events; ``id`` first, as
-        the field a reader copies."""
+        """The row other sessions see in list and presence events: ``id`` first (the
+        field a reader copies), then its status and working directory, then the rest."""
         row = {
             "id": self.id,
-            "name": self.name,
-            "cwd": self.cwd,
             "status": self.status_text,
+            "cwd": self.cwd,
+            "name": self.name,
             "kind": self.kind,
             "groups": list(self.groups),
             "replyCapability": self.reply_capability,

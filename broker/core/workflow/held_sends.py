@@ -11,7 +11,10 @@ session id) and its stage is restored (a stage session is bound to it again), ea
 held message is delivered once and dropped. A session that takes the run over takes
 its holds too.
 
-Rules: a stage that never started (no restorable state) has no held subagents; at
+Rules: a stage that never started, or whose saved session cannot be read (its host
+says so: ``stage_state`` with ``savedSession: "unreadable"``), has no held subagents
+(what was held for them is reported undeliverable; the stage's own route, its path
+and queued entries, is unaffected); at
 most ``QUEUED_PER_TARGET`` held messages per subagent (``queue_full``); the sender
 must share a group with the subagent as it was when it left, as for a live send.
 """
@@ -20,9 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas import envelopes
 from schemas.errors import BusError
+from schemas.names import UNDELIVERABLE
 from schemas.limits import QUEUED_PER_TARGET
 
+from broker.core.kernel.commands import Send
 from broker.core.messaging.delivery import deliver
 from broker.core.runs.run_tree import Run, Subagent
 from broker.core.sessions.registry import Session
@@ -61,7 +67,7 @@ def find(state: State, sender: Session, to: str) -> tuple[Run, Subagent] | None:
             continue
         for sub in run.subagents.values():
             node = run.node_by_key(sub.node_key)
-            if node is None or not node.started or not sub.named(to):
+            if node is None or not node.started or node.unreadable or not sub.named(to):
                 continue
             if sender.id != sub.session_id and not set(sender.groups).isdisjoint(sub.groups):
                 return run, sub
@@ -103,6 +109,22 @@ def release(state: State, run: Run, sub: Subagent, session: Session) -> None:
                 item["attachments"], item["sentAt"], extra={"held": True})
         state.stats["held.delivered"] += 1
     state.persist(run.saved(state.broker_id))
+
+
+def unreadable(state: State, run: Run, node_key: str) -> None:
+    """The saved session of stage ``node_key`` cannot be read: its subagents will not be
+    restored, so what is held for them is reported undeliverable to each sender."""
+    for sub in run.subagents.values():
+        if sub.node_key != node_key:
+            continue
+        for item in run.held.pop(sub.session_id, []):
+            state.stats["held.undeliverable"] += 1
+            sender = state.registry.by_id.get(item["from"])
+            if sender is not None:
+                state.out.append(Send(sender.identity, envelopes.event(
+                    UNDELIVERABLE, messageId=item["id"], runId=run.run_id, target=sub.name,
+                    reason="its stage's saved session cannot be read: the subagent will not "
+                           "be restored")))
 
 
 def _runs_holding(state: State) -> list[Run]:

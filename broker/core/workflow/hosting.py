@@ -11,6 +11,7 @@ the broker or the host holds.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from schemas.errors import BusError
@@ -20,6 +21,7 @@ from broker.core.sessions.membership import change_groups, room_for
 from broker.core.workflow.path_delivery import node_at, notify_undeliverable, settle_exact
 from broker.core.runs.paths import looks_like_path, parse_path
 from broker.core.messaging.ask_actions import settle_error
+from broker.core.workflow import held_sends as held
 from broker.core.workflow.closed_stages import close_run, forget_run
 from broker.core.sessions.grants import check_run, run_grant, stage_grant
 from broker.core.kernel.records import RunEnded
@@ -46,12 +48,11 @@ def register_run(state: State, session: Session, env: dict, now: float) -> None:
     if run is None:
         state.hooks.check_run_here(state, run_id)
     if run is not None:
-        if run.host_id not in (None, session.id):
-            raise BusError("not_run_host", run_id=run_id)
-        # A dormant run goes back only to the session that hosted it: the same id,
-        # which a restarted process gets back only with its reclaim secret.
-        if run.host_id is None and run.last_host_id != session.id:
-            raise BusError("not_run_host", run_id=run_id)
+        # A run goes back only to the session that hosted it: the same id, which a
+        # restarted process gets back only with its reclaim secret.
+        if run.host_id not in (None, session.id) or \
+                (run.host_id is None and run.last_host_id != session.id):
+            raise BusError("not_run_host", run_id=run_id, detail=_registered(state, run))
         merge(run, None, env.get("stages") or [])
     else:
         if len(state.hosted.get(session.id, ())) >= state.limits.max_runs_per_session:
@@ -120,7 +121,7 @@ def take_over(state: State, session: Session, env: dict, now: float) -> dict[str
         state.hooks.check_run_here(state, env.get("runId"))
         raise BusError("unknown_run", run_id=env.get("runId"))
     if run.host_id is not None and run.host_id != session.id:
-        raise BusError("not_run_host", run_id=run.run_id)
+        raise BusError("not_run_host", run_id=run.run_id, detail="")
     check_run(state.grant_key, run, env.get("grant"))
     if len(state.hosted.get(session.id, ())) >= state.limits.max_runs_per_session:
         raise BusError("too_many_runs", limit=state.limits.max_runs_per_session)
@@ -223,16 +224,65 @@ def stage_state(state: State, session: Session, env: dict, now: float) -> dict[s
     if node.terminal or (new == PENDING and node.state == RUNNING):
         if node.state != new:
             raise BusError("invalid_transition", stage=stage, old=node.state, new=new)
+    saved = env.get("savedSession")
+    if saved is not None and saved != "unreadable":
+        raise BusError("invalid_params", detail="savedSession must be \"unreadable\"")
     node.state = new
     if new in TERMINAL_STATES and not node.started:
         settle_exact(state, run, node, f"stage {new} before it started")
+    if saved == "unreadable" and not node.unreadable:
+        node.unreadable = True
+        held.unreadable(state, run, node.key())
     save(state, run)
     return {"runId": run.run_id, "stage": run.canonical(node), "state": node.state}
 
 
+def _registered(state: State, run: Run) -> str:
+    """What a session that tried to register ``run`` again needs to know: its state,
+    its host, since when, and what can be done."""
+    host = (run.host_id or run.last_host_id or "?")[:8]
+    if run.host_id is not None:
+        return (f": it is registered and live, hosted by session {host}; register "
+                f"another run id")
+    if run.dormant or run.lease_until is None:
+        since = f" since {_utc(run.lease_until)}" if run.lease_until else ""
+        state_text = f"dormant{since} (its host, session {host}, left and did not come back)"
+    else:
+        state_text = (f"waiting for its host (session {host}, gone) until "
+                      f"{_utc(run.lease_until)}, then dormant")
+    return (f": it is {state_text}; its host takes it back by connecting with its identity, "
+            f"another session takes it over with the run's grant (take_over), the broker's "
+            f"operator ends it (python -m client end-run {run.run_id}), or register another "
+            f"run id")
+
+
+def _utc(wall: float) -> str:
+    return datetime.fromtimestamp(wall, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def end_run(state: State, session: Session, env: dict, now: float) -> dict[str, Any]:
     """Raises BusError(unknown_run | not_run_host)."""
-    run = hosted(state, session, env)
+    return _end(state, hosted(state, session, env))
+
+
+def end_abandoned(state: State, session: Session, env: dict, re: str, now: float) -> None:
+    """The ``end_run`` kind: the operator ends a run whose host left (dormant, or in
+    its host's lease), which nobody else could end.
+
+    Raises BusError(operator_only | unknown_run | run_has_host)."""
+    if not (session.is_control and session.operator):
+        raise BusError("operator_only", what="end_run (a run whose host left)")
+    run = state.runs.get(env["runId"])
+    if run is None:
+        state.hooks.check_run_here(state, env["runId"])
+        raise BusError("unknown_run", run_id=env["runId"])
+    if run.host_id is not None:
+        raise BusError("run_has_host", run_id=run.run_id, host=run.host_id[:8])
+    state.note("run_ended_by_operator", run=run.run_id, operator=session.name)
+    state.answer(session, re, _end(state, run))
+
+
+def _end(state: State, run: Run) -> dict[str, Any]:
     undeliverable = 0
     for entry in state.sticky.drop_run(run.run_id):
         if not entry.deliveries:
@@ -261,7 +311,7 @@ def hosted(state: State, session: Session, env: dict) -> Run:
         state.hooks.check_run_here(state, env.get("runId"))
         raise BusError("unknown_run", run_id=env.get("runId"))
     if run.host_id != session.id:
-        raise BusError("not_run_host", run_id=run.run_id)
+        raise BusError("not_run_host", run_id=run.run_id, detail="")
     return run
 
 

@@ -52,10 +52,13 @@ def run_row(state: State, run: Run) -> dict[str, Any]:
         label = node.state
         if label == RUNNING and run.dormant and node.session_id is None:
             label = PENDING   # the host is gone: the stage waits for a resume
-        # The copyable name first: the canonical path, or the id when it has none.
+        # The copyable name first (the canonical path, or the id when it has none),
+        # then its status and its session's working directory, then the rest.
         row = {"id": node.id} if unavailable else {"target": run.canonical(node)}
-        row.update(name=node.name, id=node.id, state=node.state,
-                   label="delivery-unavailable" if unavailable else label,
+        label = "delivery-unavailable" if unavailable else label
+        live = state.registry.by_id.get(node.session_id) if node.session_id else None
+        row.update(status=label, cwd=live.cwd if live is not None else None,
+                   name=node.name, id=node.id, state=node.state, label=label,
                    sessionId=node.session_id,
                    queued=sum(1 for s in states if s["state"] == "queued"),
                    deliveryStates=states)
