@@ -89,6 +89,18 @@ def _leave_arguments(parser: argparse.ArgumentParser) -> None:
     _acting(parser)
 
 
+def _run_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", metavar="RUN", help="the run's id (python -m client runs)")
+
+
+def run_end_run(cli: Cli) -> int:
+    with cli.connect() as session:
+        answer = session.end_abandoned_run(cli.args.run_id)
+    return cli.finish(answer, lambda a: [
+        f"ended run {a.get('runId')}; {a.get('undeliverable', 0)} queued message(s) "
+        f"reported undeliverable to their senders"])
+
+
 def run_send(cli: Cli) -> int:
     message = message_text(cli.args.message)
     with cli.connect() as session:
@@ -151,4 +163,6 @@ COMMANDS = (
             _join_arguments),
     Command("leave", "drop a membership of the session --identity names", run_leave,
             _leave_arguments),
+    Command("end-run", "end a workflow run whose host left and will not come back (for the "
+            "broker's operator)", run_end_run, _run_id),
 )

@@ -13,7 +13,7 @@ from .cli_helpers import run_cli
 from .conftest import drain_events, unique
 
 COMMANDS = ("list", "groups", "status", "sessions", "runs", "send", "ask", "reply", "pending",
-            "join", "leave", "tail", "mcp")
+            "join", "leave", "end-run", "tail", "mcp")
 
 
 def cli(bus, home, *args: str, **kwargs):
@@ -42,6 +42,8 @@ def test_send_delivers_and_the_command_line_is_never_seen(bus, tmp_path):
     assert (msg["message"], msg["fromName"]) == ("the build is green", "console")
     assert drain_events(watcher) == [] and drain_events(alice) == []
     assert alice.intercom(action="send", to=msg["from"], message="hi?")["code"] == "target_not_found"
+    # Its body says so, instead of telling the model to answer with a send that fails.
+    assert msg["replyable"] is False and "cannot be answered" in msg["body"]
 
 
 def test_send_dash_reads_the_message_from_stdin(bus, tmp_path):
@@ -147,3 +149,21 @@ def test_an_identity_whose_session_is_gone_is_refused(bus, tmp_path):
     bus.connect("alice", history_file=history).close()
     ran = cli(bus, tmp_path, "pending", "--identity", str(history))
     assert ran.code == 1 and ran.err.startswith("act_for_refused:"), ran
+
+
+# -- the operator ends a run whose host left ----------------------------------------------------
+
+def test_end_run_ends_a_run_whose_host_left_and_never_one_with_a_host(bus, tmp_path):
+    run_id = unique("r")
+    host = bus.connect("host")
+    assert host.register_run(run_id, stages=[{"name": "review"}])["ok"]
+    assert host.intercom(action="send", to=f"workflow:{run_id}/review", message="later")["queued"]
+    refused = cli(bus, tmp_path, "end-run", run_id)
+    assert refused.code != 0 and "run_has_host" in refused.err, refused
+    host.close()
+    ran = cli(bus, tmp_path, "end-run", run_id)
+    assert (ran.code, ran.out) == (0, f"ended run {run_id}; 1 queued message(s) reported "
+                                      f"undeliverable to their senders\n"), ran
+    again = bus.connect("newcomer")
+    assert again.register_run(run_id, stages=[])["ok"]
+    assert cli(bus, tmp_path, "end-run", unique("nope")).code != 0
