@@ -247,3 +247,14 @@ def test_a_message_from_a_control_connection_says_it_cannot_be_answered():
     b.call(b"alice", "send", "a1", to="bob", message="from a session")
     (msg,) = b.sends(b"bob", "msg")
     assert "replyable" not in msg
+
+
+def test_a_live_send_to_a_stage_path_is_kept_as_any_live_message():
+    b = hosted(reclaim_window_s=WINDOW_S)
+    welcome = stage(b, "plan", "workflow:r1/plan", instance="i-plan")
+    b.call(b"host", "send", "s1", to="workflow:r1/plan", message="now")
+    assert delivered_ids(b.last, b"plan") == ["s1"]
+    b.wrote({b"plan": 300})                          # written, never read: the link died
+    stage(b, "plan", "workflow:r1/plan", identity=b"plan-2", instance="i-plan",
+          sessionId=welcome["sessionId"], token=welcome["token"])
+    assert delivered_ids(b.last, b"plan-2") == ["s1"]

@@ -59,7 +59,9 @@ def send(state: State, session: Session, run: Run, path: WorkflowPath, re: str, 
             backlog.check(state, live)
             entry = Entry(0, run.run_id, path, session.id, session.name, re, message,
                           attachments, state.wall, False)
-            hand_over(state, entry, node, live, now, before_start=False, record=False)
+            # Not queued: the receipts keep it until the stage's client has it.
+            hand_over(state, entry, node, live, now, before_start=False, record=False,
+                      keep=True)
             return {"delivered": True, "to": live.id, "toName": live.name,
                     "target": run.canonical(node), "messageId": re}
         if node.group == DEFAULT_GROUP:
@@ -215,13 +217,14 @@ def deliverable(node: Node) -> bool:
 
 
 def hand_over(state: State, entry: Entry, node: Node, session: Session, now: float, *,
-              before_start: bool, record: bool = True) -> None:
-    """Deliver ``entry`` to a stage session; ``record``: note the hand-over durably."""
+              before_start: bool, record: bool = True, keep: bool = False) -> None:
+    """Deliver ``entry`` to a stage session; ``record``: note the hand-over durably;
+    ``keep``: an entry no queue holds (a live send), kept by the receipts instead."""
     extra = {"target": str(entry.target), "ackRequired": True}
     if before_start:
         extra["receivedBeforeStart"] = True
     deliver(state, entry.sender_id, entry.sender_name, session, entry.message_id,
-            entry.message, entry.attachments, entry.sent_at, extra=extra, keep=False)
+            entry.message, entry.attachments, entry.sent_at, extra=extra, keep=keep)
     if record:
         transcript = session.binding.transcript if session.binding else session.id
         entry.deliveries[(node.key(), transcript)] = SENT
