@@ -18,7 +18,15 @@ from dataclasses import dataclass
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from schemas.limits import MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
+from schemas.protocol import pack_frames
+
+from broker.core.kernel.commands import LinkClose, LinkOpen, LinkSend
+
 from .curve import CurveServer
+
+# A link frame may carry a delivery as large as any frame the broker sends a client.
+LINK_FRAME_BYTES = MAX_INBOUND_FRAME_BYTES + (64 << 10)
 
 # libzmq does not retry a connection after these; after NO_DETAIL (e.g. a server that
 # cannot prove the expected key) it reconnects by itself.
@@ -110,6 +118,25 @@ class LinkSockets:
             if changed:
                 seen.append(Handshakes(broker_id, given_up, self._failures[broker_id]))
         return seen
+
+    def execute(self, command, encode, stats, log) -> bool:
+        """Carry out one link command of the core (LinkSend, LinkOpen, LinkClose): the
+        shell only moves frames. True when it closed a link (``command.broker_id``)."""
+        kind = type(command)
+        if kind is LinkSend:
+            frames, oversize = pack_frames(command.envs, MAX_FRAME_BYTES, LINK_FRAME_BYTES, encode)
+            stats["dropped.link_oversize"] += len(oversize)
+            stats["dropped.link_full"] += self.send(command.broker_id, frames)
+        elif kind is LinkOpen:
+            self.open(command.broker_id, command.endpoint, command.server_key)
+            log.info("broker_link_opened", peer=command.broker_id, endpoint=command.endpoint,
+                     curve=bool(command.server_key))
+        elif kind is LinkClose:
+            self.forget(command.broker_id)
+            if self.close(command.broker_id):
+                log.info("broker_link_closed", peer=command.broker_id)
+            return True
+        return False
 
     def forget(self, broker_id: str) -> None:
         """``broker_id`` is no other broker any more: its count of failures goes."""

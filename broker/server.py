@@ -10,7 +10,6 @@ counted; nothing a peer sends can stop the loop.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import select
@@ -23,12 +22,12 @@ from zmq.backend import Socket as _RawSocket, zmq_poll
 
 from schemas.agent_config import load_agents
 from schemas.errors import BusError
-from schemas.limits import LEASE_S, MAX_FRAME_BYTES, MAX_INBOUND_FRAME_BYTES
-from schemas.protocol import new_packer, pack_frames, unpack_frame
+from schemas.limits import LEASE_S, MAX_FRAME_BYTES
+from schemas.protocol import new_packer, unpack_frame
 
 from .core import Engine, Limits, Persist, Publish, Send
 from broker.core.kernel import inputs
-from broker.core.kernel.commands import (AdoptRuns, LinkClose, LinkOpen, LinkSend, ReadBrokers,
+from broker.core.kernel.commands import (AdoptRuns, ReadBrokers,
                                          ReadJobs, RenewLease)
 from broker.core.kernel.records import LeaseReleased, LeaseRenewed, Snapshot
 from broker.core.kernel.secret_ids import new_hex_id
@@ -37,19 +36,17 @@ from .frame_peer import peer_of
 from .curve import CurveError, CurveServer
 from .idle import IdleExit
 from .memory_trim import MemoryTrim
-from .link_sockets import LinkSockets
+from .link_sockets import LINK_FRAME_BYTES, LinkSockets
 from .logs import get_logger
 from .observe import Observer
 from .persistence import READ_BROKERS, PersistenceWorker
 from .startup import (StartupError, advertised_endpoint, bind, check_exposure, lock_ipc,
-                      own_database)
+                      own_database, remove_ipc_files)
 from broker.store import StoreOpenError
 from broker.store.opening import open_store
 from broker.store.urls import database_name, is_postgres
 
 DRAIN_LIMIT = 512
-# A link frame may carry a delivery as large as any frame the broker sends a client.
-LINK_FRAME_BYTES = MAX_INBOUND_FRAME_BYTES + (64 << 10)
 MAX_POLL_S = 0.5
 # Failed CURVE handshakes in a row on one link before the log says so: the first
 # ones are expected (the other broker allows this one's key once it reads its row).
@@ -213,7 +210,6 @@ class Broker:
         idle = IdleExit(self.settings.exit_when_idle_s, time.monotonic()) \
             if self.settings.exit_when_idle_s is not None else None
         worker = self.worker
-        by_link = engine.cluster.by_link
         trim = MemoryTrim()
         monotonic, wall_clock = time.monotonic, time.time
         while not self._stopping:
@@ -433,8 +429,8 @@ class Broker:
             elif kind is ReadBrokers:
                 writes.append((None, READ_BROKERS))
                 self._handshakes_due = True
-            else:
-                self._link(command, encode)
+            elif self.links.execute(command, encode, self.engine.stats, self.log):
+                self._told_failing.discard(command.broker_id)     # closed
         router = self.router
         written = self._written
         sent = 0
@@ -454,23 +450,6 @@ class Broker:
         self.frames_out += sent
         if writes:
             self.worker.submit(writes)
-
-    def _link(self, command, encode) -> None:
-        """Execute a link command (see broker.core.cluster.links): the shell only moves frames."""
-        kind = type(command)
-        if kind is LinkSend:
-            frames, oversize = pack_frames(command.envs, MAX_FRAME_BYTES, LINK_FRAME_BYTES, encode)
-            self.engine.stats["dropped.link_oversize"] += len(oversize)
-            self.engine.stats["dropped.link_full"] += self.links.send(command.broker_id, frames)
-        elif kind is LinkOpen:
-            self.links.open(command.broker_id, command.endpoint, command.server_key)
-            self.log.info("broker_link_opened", peer=command.broker_id, endpoint=command.endpoint,
-                          curve=bool(command.server_key))
-        elif kind is LinkClose:
-            self.links.forget(command.broker_id)
-            self._told_failing.discard(command.broker_id)
-            if self.links.close(command.broker_id):
-                self.log.info("broker_link_closed", peer=command.broker_id)
 
     # -- shutdown ------------------------------------------------------------------------
 
@@ -495,13 +474,8 @@ class Broker:
         if getattr(self, "curve", None) is not None:
             self.curve.stop()
         self.ctx.term()
-        if self.router is not None:
-            # Its ipc socket files go with it (still under its lock: no broker that
-            # starts now can have bound them meanwhile).
-            for where in (self.settings.endpoint, self.settings.pub_endpoint):
-                if where and where.startswith("ipc://"):
-                    with contextlib.suppress(OSError):
-                        os.unlink(where[len("ipc://"):])
+        if self.router is not None:     # still under its lock: the files are its own
+            remove_ipc_files(self.settings.endpoint, self.settings.pub_endpoint)
         for fd in self._locks:
             os.close(fd)
         self._locks.clear()

@@ -5,6 +5,7 @@ one line a person can act on.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import stat
@@ -172,6 +173,15 @@ def bind(ctx: zmq.Context, endpoint: str, pub_endpoint: str,
     finally:
         os.umask(old_umask)
     return router, pub
+
+
+def remove_ipc_files(*endpoints: str | None) -> None:
+    """The socket files of the ipc ``endpoints`` a stopping broker bound (called while
+    it still holds their locks, so no broker that starts now can have bound them)."""
+    for where in endpoints:
+        if where and where.startswith("ipc://"):
+            with contextlib.suppress(OSError):
+                os.unlink(where[len("ipc://"):])
 
 
 def write_pid_file(path: Path) -> None:
