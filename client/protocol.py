@@ -31,12 +31,7 @@ Theory of operation:
 * The broker's welcome names its liveness window (``livenessS``): the session says
   it is alive every third of it (:func:`~schemas.limits.heartbeat_s`) and takes the
   broker for gone after hearing nothing for that long. Until a welcome, the defaults.
-* Receipts: the broker keeps each live message until this side reports it read (the
-  ``read`` byte count) or, for a session that asked so, seen (``seenThrough``: the
-  newest message id the program took). Both ride on a heartbeat made due
-  ``ACK_DELAY_S`` after a message arrived or was taken, so a busy receiver reports in
-  batches; after a new hello the seen id is told again (the broker resends what it
-  did not hear of, and this side drops the copies).
+* Receipts: what was read and seen rides on heartbeats, as :mod:`client.reports` says.
 * While the driver pauses reading (its inbox is full) silence proves nothing: the
   broker's frames wait unread, so SILENCE is not an input then.
 * Closing is a latch outside the state machine (any thread sets it): every owed
@@ -59,11 +54,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from schemas.errors import REDIRECTS, BusError
-from schemas.limits import (ACK_DELAY_S, HEARTBEAT_S, LIVENESS_S, MAX_BACKLOG_BYTES, MAX_FRAME_BYTES,
+from schemas.limits import (HEARTBEAT_S, LIVENESS_S, MAX_BACKLOG_BYTES, MAX_FRAME_BYTES,
                             MAX_INBOUND_FRAME_BYTES, MIN_LIVENESS_S, heartbeat_s)
 from schemas.protocol import envelope, new_packer, pack_frames, unpack_frame
 
 from .backpressure import Holds
+from .reports import Reports
 from .requeue import requeue, resend
 from .wire import expand_msgs, take_envelopes
 
@@ -163,11 +159,7 @@ class ClientProtocol:
         self.read_bytes = 0
         self._reported = 0
         self._report_every = DEFAULT_REPORT_BYTES
-        self._unreported_at: float | None = None   # a message read since the last report
-        # The newest message id the program took (any thread sets it), and as told.
-        self.seen_through: str | None = None
-        self._seen_told: str | None = None
-        self._seen_noticed_at: float | None = None
+        self.reports = Reports()               # read and seen, for the receipts
         self.reading_paused = False            # set by the driver: see the theory above
         self._deferred: list[str] = []         # ids of asks to resend at _deferred_at
         self._holds = Holds()                  # plain sends waiting for a backlogged target
@@ -248,15 +240,11 @@ class ClientProtocol:
             self._hello_id = hello["id"]
             envs.insert(0, hello)
             self.read_bytes = self._reported = 0     # the broker counts from the hello too
-            self._seen_told = None                   # and hears what was seen again
+            self.reports.new_hello()
         if self._heartbeat_due:
             self._heartbeat_due = False
-            hb = envelope("hb", read=self.read_bytes)
-            seen = self.seen_through
-            if seen is not None and seen != self._seen_told and self.state is State.CONNECTED:
-                hb["seenThrough"] = self._seen_told = seen
-            self._seen_noticed_at = self._unreported_at = None
-            envs.append(hb)
+            envs.append(envelope("hb", read=self.read_bytes,
+                                 **self.reports.fields(self.state is State.CONNECTED)))
             self._reported = self.read_bytes
         if not envs:
             return []
@@ -291,13 +279,8 @@ class ClientProtocol:
         restarted or forgot it, and says hello again."""
         if now - self._last_sent >= self._heartbeat_s:
             self._heartbeat_due = True
-        elif self._unreported_at is not None and now - self._unreported_at >= ACK_DELAY_S:
+        elif self.reports.due(now, self.state is State.CONNECTED):
             self._heartbeat_due = True
-        elif self.seen_through != self._seen_told and self.state is State.CONNECTED:
-            if self._seen_noticed_at is None:
-                self._seen_noticed_at = now
-            elif now - self._seen_noticed_at >= ACK_DELAY_S:
-                self._heartbeat_due = True
         if self._hello_at is not None and now >= self._hello_at:
             self._hello_at = None
             self._hello_due = True
@@ -474,13 +457,11 @@ class ClientProtocol:
 
     def _on_msg(self, env: dict) -> None:
         self._msgs.append(env)
-        if self._unreported_at is None:
-            self._unreported_at = self.last_heard
+        self.reports.arrived(self.last_heard)
 
     def _on_msgs(self, env: dict) -> None:
         expand_msgs(env, self._msgs)
-        if self._unreported_at is None:
-            self._unreported_at = self.last_heard
+        self.reports.arrived(self.last_heard)
 
     def _on_event(self, env: dict) -> None:
         self._events.append(env)

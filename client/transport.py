@@ -233,13 +233,13 @@ class Transport:
         """What a ``bye`` tells: the bytes read, and the newest message the program took."""
         protocol = self._protocol
         fields = {"read": protocol.read_bytes}
-        if protocol.seen_through is not None:
-            fields["seenThrough"] = protocol.seen_through
+        if protocol.reports.seen_through is not None:
+            fields["seenThrough"] = protocol.reports.seen_through
         return fields
 
     def saw(self, message_id: str) -> None:
         """The program took ``message_id`` (any thread): told in a coming heartbeat."""
-        self._protocol.seen_through = message_id
+        self._protocol.reports.seen_through = message_id
 
     def resync(self) -> None:
         """From ``on_welcome`` only: say hello again (see ClientProtocol.resync)."""

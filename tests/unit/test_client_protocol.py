@@ -438,3 +438,45 @@ def test_a_welcome_ends_a_run_of_redirects():
     (hello,) = peer.sent()
     peer.welcome(hello)
     assert peer.protocol.connected and peer.protocol.redirects == 0
+
+
+# -- receipts: read and seen reported in batched heartbeats (client.reports) -------------
+
+def heartbeats(peer: Peer) -> list[dict]:
+    return [env for env in peer.sent() if env["k"] == "hb"]
+
+
+def test_messages_read_are_reported_in_one_heartbeat_a_moment_later_not_per_frame():
+    from schemas.limits import ACK_DELAY_S
+    peer = connected_peer()
+    peer.sent()
+    for n in range(50):
+        peer.feed(envelope("msg", id=f"m{n}", **{"from": "x"}, fromName="x", message="hi",
+                           attachments=[], sentAt=1.0, expectsReply=False))
+    peer.jump(ACK_DELAY_S / 2)
+    assert heartbeats(peer) == []
+    peer.jump(ACK_DELAY_S / 2)
+    (hb,) = heartbeats(peer)
+    assert hb["read"] == peer.protocol.read_bytes > 0 and "seenThrough" not in hb
+    peer.jump(ACK_DELAY_S)
+    assert heartbeats(peer) == []                 # nothing new: no report until due
+
+
+def test_the_newest_message_taken_is_told_once_and_again_after_a_new_hello():
+    from schemas.limits import ACK_DELAY_S
+    peer = connected_peer()
+    peer.sent()
+    peer.protocol.reports.seen_through = "m1"
+    peer.protocol.reports.seen_through = "m2"      # taken in a row: one report
+    peer.jump(0.01)
+    peer.jump(ACK_DELAY_S)
+    (hb,) = heartbeats(peer)
+    assert hb["seenThrough"] == "m2"
+    peer.jump(HEARTBEAT_S)                        # an idle heartbeat: not told again
+    assert [h.get("seenThrough") for h in heartbeats(peer)] == [None]
+    peer.feed(result("x", ok=False, code="not_connected", error="gone"))
+    (hello,) = [e for e in peer.sent() if e["k"] == "hello"]
+    peer.welcome(hello)
+    peer.jump(0.01)
+    peer.jump(ACK_DELAY_S)
+    assert [h.get("seenThrough") for h in heartbeats(peer)] == ["m2"]
