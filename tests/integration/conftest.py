@@ -235,13 +235,14 @@ def isolated_client_env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
 
 
-def module_broker(prepare: Callable[[Path], None] | None = None):
+def module_broker(prepare: Callable[[Path], None] | None = None, *extra: str):
     """A broker in a fresh short dir, ready; ``prepare(dir)`` runs before it starts
-    (to write config it reads at start). A generator: yields it, then stops it."""
+    (to write config it reads at start); ``extra``: its flags. A generator: yields it,
+    then stops it."""
     path = make_tmp()
     if prepare is not None:
         prepare(path)
-    proc = start_broker(path)
+    proc = start_broker(path, *extra)
     try:
         wait_ready(proc.endpoint, proc.proc)
         yield proc

@@ -168,16 +168,9 @@ def test_bad_input_is_a_tool_error_with_the_bus_code_and_the_server_keeps_servin
 def test_the_server_exits_and_leaves_the_bus_when_the_host_closes_stdin(bus, home):
     watcher = bus.connect("watcher")
     name = unique("m")
-    proc = subprocess.Popen(server_command(name, *flags(bus)), cwd=ROOT, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=child_env(home, INTERCOM_DATA_DIR=str(home / "data")))
+    proc = start_raw_server(bus, home, name)
     try:
-        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"}}}
-        proc.stdin.write((json.dumps(hello) + "\n").encode())
-        proc.stdin.flush()
-        answer = json.loads(proc.stdout.readline())
+        answer = proc.initialized
         assert answer["id"] == 1 and "claude/channel" in answer["result"]["capabilities"]["experimental"]
         names = [row["name"] for row in watcher.intercom(action="list")["sessions"]]
         assert name in names
@@ -305,18 +298,21 @@ def test_the_server_exits_when_stdin_closes_during_an_ask(bus, home):
             proc.wait(10)
 
 
-def start_raw_server(bus, home, name: str) -> subprocess.Popen:
-    """A server process spoken to in raw JSON-RPC lines, initialized."""
-    proc = subprocess.Popen(server_command(name, *flags(bus, "--no-push")), cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL,
+def start_raw_server(bus, home, name: str, *extra: str, stderr=subprocess.DEVNULL
+                     ) -> subprocess.Popen:
+    """A server process spoken to in raw JSON-RPC lines, initialized (flags ``extra``
+    besides the bus's; ``stderr`` where its stderr goes)."""
+    proc = subprocess.Popen(server_command(name, *flags(bus, *extra)), cwd=ROOT,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                             env=child_env(home, INTERCOM_DATA_DIR=str(home / "data")))
     hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "test", "version": "0"}}}
     proc.stdin.write((json.dumps(hello) + "\n").encode())
     proc.stdin.flush()
-    assert json.loads(proc.stdout.readline())["id"] == 1
+    answer = json.loads(proc.stdout.readline())
+    assert answer["id"] == 1, answer
+    proc.initialized = answer
     return proc
 
 
@@ -324,7 +320,7 @@ def test_what_a_killed_server_took_and_never_showed_reaches_the_next_server_of_i
         bus, home):
     peer = bus.connect("peer")
     name = unique("m")
-    first = start_raw_server(bus, home, name)
+    first = start_raw_server(bus, home, name, "--no-push")
     try:
         ids = [peer.intercom(action="send", to=name, message=f"m{n}")["messageId"]
                for n in range(3)]
@@ -366,17 +362,7 @@ def test_what_a_killed_server_took_and_never_showed_reaches_the_next_server_of_i
 
 def start_server_with_stderr(bus, home, name: str) -> subprocess.Popen:
     """A server process spoken to in raw JSON-RPC lines, initialized, its stderr a pipe."""
-    proc = subprocess.Popen(server_command(name, *flags(bus, "--no-push")), cwd=ROOT,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE,
-                            env=child_env(home, INTERCOM_DATA_DIR=str(home / "data")))
-    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"}}}
-    proc.stdin.write((json.dumps(hello) + "\n").encode())
-    proc.stdin.flush()
-    assert json.loads(proc.stdout.readline())["id"] == 1
-    return proc
+    return start_raw_server(bus, home, name, "--no-push", stderr=subprocess.PIPE)
 
 
 def ended_stderr(proc: subprocess.Popen) -> list[str]:

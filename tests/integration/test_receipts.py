@@ -6,7 +6,6 @@ message's state (delivered, read, seen, replied, undelivered) with ``receipt``."
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import pytest
 from client import Client
 from client.history import read_identity
 
-from .conftest import ROOT, child_env, make_tmp, start_broker, unique, wait_ready
+from .conftest import ROOT, child_env, make_tmp, module_broker, unique
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -41,14 +40,7 @@ while True:
 
 @pytest.fixture(scope="module")
 def broker():
-    path = make_tmp()
-    proc = start_broker(path, "--reclaim-window-s", str(RECLAIM_S))
-    try:
-        wait_ready(proc.endpoint, proc.proc)
-        yield proc
-    finally:
-        proc.stop()
-        shutil.rmtree(path, ignore_errors=True)
+    yield from module_broker(None, "--reclaim-window-s", str(RECLAIM_S))
 
 
 @pytest.fixture
