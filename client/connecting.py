@@ -8,6 +8,7 @@ import logging
 import os
 from typing import Callable
 
+from schemas.attention import HOST, INBOUND_POLICIES
 from schemas.config import Config, load_config
 from schemas.errors import error_text
 from schemas.limits import CALL_TIMEOUT_S, MAX_CWD_CHARS
@@ -92,7 +93,8 @@ class Client:
                 inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
                 persistent: bool = True, cwd: str | os.PathLike | None = None,
                 auto_start: bool = True, act_for: dict | None = None,
-                keep_until: str = "read") -> Session:
+                keep_until: str = "read", capabilities: dict | None = None,
+                inbound: str | None = None, guard: bool | dict | None = None) -> Session:
         """Open a session and wait for the broker's welcome.
 
         ``endpoint`` is one broker's ROUTER endpoint or several (a list, or text with
@@ -147,9 +149,18 @@ class Client:
         :meth:`Session.mark_seen`). Until then a message is sent again when the session
         comes back after a blip, a failover or a restart of this process with the same
         ``identity`` (see :meth:`Session.receipt`).
+
+        ``capabilities`` says how a message reaches the agent behind this session
+        (``push``, ``hooks``, ``steer``, ``host``; ``host`` defaults to ``python``), shown
+        in list rows; ``inbound`` sets its gate for messages from other sessions
+        (``accept``, ``hold``, ``refuse``; see :mod:`client.attention`); ``guard``
+        turns on the flood and loop guard for its sends (``True``: the defaults of
+        :mod:`schemas.attention`, or ``{"perMinute", "exchanges", "pauseS"}``).
         """
         if keep_until not in ("read", "seen"):
             raise ValueError("keep_until must be 'read' or 'seen'")
+        if inbound is not None and inbound not in INBOUND_POLICIES:
+            raise ValueError(f"inbound must be one of {', '.join(INBOUND_POLICIES)}")
         if kind not in SESSION_KINDS:
             raise ValueError(f"kind must be one of {', '.join(SESSION_KINDS)}")
         if act_for is not None and kind != CONTROL:
@@ -189,7 +200,10 @@ class Client:
                           history=History(history, history_file), curve=curve,
                           inbox_limit_bytes=inbox_limit_bytes, channel=channel,
                           persistent=persistent, cwd=working_directory(cwd),
-                          act_for=act_for, keep_until=keep_until)
+                          act_for=act_for, keep_until=keep_until,
+                          capabilities={HOST: "python", **(capabilities or {})}
+                          if kind != CONTROL else None,
+                          inbound=inbound, guard=guard)
         session._wait_welcome(timeout)
         return session
 

@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote
@@ -68,11 +69,11 @@ class History:
                     os.close(fd)
 
 
-def named_history_path(name: str) -> Path:
+def named_history_path(name: str, environ: Mapping[str, str] = os.environ) -> Path:
     """Where ``python -m client mcp --name NAME`` keeps its history by default:
     ``<data dir>/mcp/<NAME>.jsonl`` (the name quoted, so any session name is one file
     name and two names never share a file)."""
-    return data_dir() / "mcp" / f"{quote(name, safe='')}.jsonl"
+    return data_dir(environ) / "mcp" / f"{quote(name, safe='')}.jsonl"
 
 
 def read_identity(path: str | os.PathLike) -> dict | None:

@@ -11,7 +11,8 @@ Invariants (tested in tests/unit/test_mcp_inbox.py):
 
 * each message id is returned by :meth:`take` at most once, and every message
   :meth:`arrived` accepted is returned by exactly one :meth:`take` (none is dropped,
-  however many arrive before the next result);
+  however many arrive before the next result; a take bounded by ``max_chars``, as a
+  host hook's is, leaves the newer ones held for the next);
 * :meth:`take` returns messages in the order :meth:`arrived` saw them;
 * a copy of an id already seen (held or handed over) is refused by :meth:`arrived`;
 * :attr:`Handover.current` is the newest message handed over (the model's current
@@ -29,6 +30,7 @@ No I/O, no clock, no locks: the server calls it from its one event-loop thread.
 from __future__ import annotations
 
 import collections
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,11 +88,22 @@ class Handover:
         """Take no more off the bus until the next :meth:`take`."""
         return self.size >= self.limit_bytes
 
-    def take(self) -> list[dict]:
-        """Every message held, oldest first; they are handed over and never returned again."""
-        taken = list(self._held)
-        self._held.clear()
-        self.size = 0
+    def take(self, max_chars: int | None = None) -> list[dict]:
+        """The messages held, oldest first; they are handed over and never returned
+        again. Every one, or with ``max_chars`` the oldest whose JSON texts add up to no
+        more than that (always the oldest one, however long): the rest stay held."""
+        if max_chars is None:
+            taken = list(self._held)
+            self._held.clear()
+            self.size = 0
+        else:
+            taken, chars = [], 0
+            while self._held:
+                chars += len(json.dumps(self._held[0], ensure_ascii=False, default=str))
+                if taken and chars > max_chars:
+                    break
+                taken.append(self._held.popleft())
+                self.size -= message_size(taken[-1])
         self._handed_over += len(taken)
         if taken:
             self.current = taken[-1]

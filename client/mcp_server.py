@@ -9,9 +9,10 @@ its mail.
 
 Delivery (see :mod:`client.mcp_inbox`): a thread takes every inbound message off the
 session as it comes; each is handed to the model exactly once, by ``wait`` or in the
-``inbox`` field of any other tool's result. The handed-over list is taken as the
-very last step of a handler (no await after it), so a cancelled call hands nothing
-over. Unless ``--no-push``, each arrival is also pushed as
+``inbox`` field of any other tool's result, or by a host's hook (``python -m client
+hook``, answered over a local socket: :mod:`client.mcp_hooks`). The handed-over list
+is taken as the very last step of a handler (no await after it), so a cancelled call
+hands nothing over. Unless ``--no-push``, each arrival is also pushed as
 ``notifications/claude/channel`` (declared as the experimental capability
 ``claude/channel``); a push is not a receipt.
 
@@ -53,6 +54,7 @@ from schemas.tools import INTERCOM_SCHEMA, INVOKE_SCHEMA, RESPOND_SCHEMA, WAIT_S
 
 from .connecting import Client
 from .history import named_history_path, read_identity
+from .mcp_hooks import HookDesk, open_hook_listener
 from .mcp_inbox import Handover, push_for
 from .session import ConnectError, Session
 
@@ -107,6 +109,7 @@ class Bridge:
         self._stop = threading.Event()
         self._room = threading.Event()       # clear while the hand-over is full
         self._room.set()
+        self.hooks = HookDesk(session, held=self.handover.__len__, hand_over=self._hand_over)
 
     # -- arrivals (the receiving thread hands each message to the loop) --------------
 
@@ -149,6 +152,7 @@ class Bridge:
 
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         self.know_peer(ctx)
+        self.hooks.tool_called()
         call = self._calls.get(params.name)
         if call is None:
             result = error_reply("unknown_tool", tool=params.name,
@@ -180,9 +184,11 @@ class Bridge:
                 await ctx.session.report_progress(time.monotonic() - started, timeout, "waiting")
         return {"ok": True, "messages": self._hand_over()}
 
-    def _hand_over(self) -> list[dict]:
-        taken = self.handover.take()
-        self._room.set()
+    def _hand_over(self, max_chars: int | None = None) -> list[dict]:
+        """THE hand-over (tool results, wait, host hooks: :mod:`client.mcp_hooks`)."""
+        taken = self.handover.take(max_chars)
+        if not self.handover.full:
+            self._room.set()
         if taken:
             # In a tool result from here on: seen, with everything that came before.
             self.session.mark_seen(taken[-1]["id"])
@@ -224,14 +230,17 @@ class Bridge:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
 
-async def serve(session: Session, *, push: bool, with_agent: bool) -> None:
-    """Serve MCP on stdio until the host closes stdin."""
+async def serve(session: Session, *, push: bool, with_agent: bool,
+                name: str | None = None) -> None:
+    """Serve MCP on stdio until the host closes stdin; with ``name``, answer the host
+    hooks of that name too (:mod:`client.mcp_hooks`)."""
     bridge = Bridge(session, push=push, with_agent=with_agent)
     server = Server("intercom", version="0.1.0", on_list_tools=bridge.list_tools,
                     on_call_tool=bridge.call_tool,
                     instructions="You are a session on the Intercom bus. Messages to you "
-                                 "arrive in the 'inbox' field of every tool result, or "
-                                 "from the wait tool; each is shown to you once.")
+                                 "arrive in the 'inbox' field of every tool result, "
+                                 "from the wait tool, or from the host's hooks when "
+                                 "installed; each is shown to you once.")
     server.add_notification_handler("notifications/initialized", types.NotificationParams,
                                     bridge.on_initialized)
     options = server.create_initialization_options(
@@ -241,13 +250,39 @@ async def serve(session: Session, *, push: bool, with_agent: bool) -> None:
                                 name="mcp-receive")
     receiver.start()
     pusher = asyncio.create_task(bridge.send_pushes())
+    listener = None
     try:
+        if name is not None:
+            try:
+                listener = await open_hook_listener(name, bridge.hooks)
+            except OSError as exc:
+                _log.warning("no host hooks for %r: %s", name, exc)
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, options)
     finally:
+        if listener is not None:
+            await listener.close()
         pusher.cancel()
         bridge.stop()
         await asyncio.to_thread(receiver.join, 2 * RECEIVE_POLL_S + 1.0)
+
+
+def capabilities(args: Any) -> dict[str, Any]:
+    """What this server's list row says about how its messages reach the model: every
+    tool result carries the inbox (``steer``), pushes unless ``--no-push``; ``hooks``
+    turns true once a host hook takes its mail."""
+    return {"host": "mcp", "push": not args.no_push, "steer": True, "hooks": False}
+
+
+def guard(args: Any) -> bool | dict[str, float]:
+    """The flood and loop guard of this server's session (see schemas.attention): on by
+    default, with the defaults or the bounds ``--guard-*`` give; off with ``--no-guard``."""
+    if getattr(args, "no_guard", False):
+        return False
+    bounds = {"perMinute": getattr(args, "guard_per_minute", None),
+              "exchanges": getattr(args, "guard_exchanges", None),
+              "pauseS": getattr(args, "guard_pause_s", None)}
+    return {key: value for key, value in bounds.items() if value is not None} or True
 
 
 def connect(args: Any) -> Session:
@@ -266,7 +301,9 @@ def connect(args: Any) -> Session:
     def open_session() -> Session:
         return Client.connect(name=args.name, endpoint=args.endpoint, group=args.group,
                               agent=args.agent, channel=args.channel, identity=identity,
-                              history_file=path, keep_until="seen")
+                              history_file=path, keep_until="seen",
+                              capabilities=capabilities(args), inbound=args.inbound,
+                              guard=guard(args))
 
     session = open_session()
     if identity is None or session.welcome.get("reclaimed") is not False or \
@@ -301,7 +338,8 @@ def main(args: Any) -> int:
         print(f"client mcp: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(session, push=not args.no_push, with_agent=args.agent is not None))
+        asyncio.run(serve(session, push=not args.no_push, with_agent=args.agent is not None,
+                          name=args.name))
     except KeyboardInterrupt:
         pass
     finally:

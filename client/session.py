@@ -17,6 +17,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
+from schemas.attention import clean_capabilities
 from schemas.config import Config
 from schemas.errors import BusError, error_reply, error_text
 from schemas.groups import env_group, resolve_home_group
@@ -25,6 +26,7 @@ from schemas.protocol import envelope
 from schemas.tools import intercom_params_problem
 
 from .protocol import ASK_RESEND_DELAY_S
+from .attention import AttentionMethods, changed_inbound
 from .conversation import ConversationMethods
 from .hosting import HostingMethods
 from .ids import new_message_id
@@ -62,7 +64,7 @@ class ConnectError(Exception):
 
 
 
-class Session(ConversationMethods, HostingMethods, OperatorMethods):
+class Session(ConversationMethods, HostingMethods, OperatorMethods, AttentionMethods):
     """One connected session. Thread-safe; use as a context manager or call close()."""
 
     def __init__(self, *, name: str, endpoint: str | list[str], group: str | None, agent: str | None,
@@ -74,7 +76,9 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
                  curve: CurveKeys | None = None,
                  inbox_limit_bytes: int = DEFAULT_LIMIT_BYTES, channel: str | None = None,
                  persistent: bool = True, cwd: str | None = None,
-                 act_for: dict | None = None, keep_until: str = "read") -> None:
+                 act_for: dict | None = None, keep_until: str = "read",
+                 capabilities: dict | None = None, inbound: str | None = None,
+                 guard: bool | dict | None = None) -> None:
         self.name = name
         self.cwd = cwd                   # shown in list rows (see client.connecting)
         self.endpoint = endpoint if isinstance(endpoint, str) else endpoint[0]
@@ -97,6 +101,11 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
         # "seen": the broker keeps each message until mark_seen() says the program has it
         # (the MCP server: a tool result carried it); "read": receive() says it.
         self._keep_until = keep_until
+        # What the list row says about how this session is reached (client.attention),
+        # its inbound gate and its flood/loop guard, stated in every hello.
+        self._capabilities = clean_capabilities(capabilities) or {}
+        self._inbound = inbound
+        self._guard = guard
         self._turns = Turns()            # guarded by _turn_lock
         self._turn_lock = threading.Lock()
         self.id: str | None = session_id
@@ -149,6 +158,8 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
             "grant": self._grant,
             "channel": self._channel, "persistent": self._persistent, "cwd": self.cwd,
             "instance": self._instance, "attempt": self._next_attempt(),
+            "capabilities": self._capabilities or None, "guard": self._guard or None,
+            "inbound": self._inbound,
             **acting_fields(self._act_for),
         }
         if self.id is not None:
@@ -221,6 +232,9 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods):
             groups = changed_memberships(events)
             if groups is not None:       # a control connection acting for us moved them
                 self.groups = groups
+            policy = changed_inbound(events)
+            if policy is not None:       # the person at the terminal set the gate
+                self._inbound = policy
                 self._acked_since_hello = True
             self._events.put_all(events)
 

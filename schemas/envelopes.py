@@ -113,8 +113,17 @@ def link_presence(rows: list[dict], gone: list[str]) -> dict[str, Any]:
     return {"v": _V, "k": "link_presence", "sessions": rows, "gone": gone}
 
 
-def forward(session_id: str, env: dict[str, Any]) -> dict[str, Any]:
-    return {"v": _V, "k": "forward", "from": session_id, "env": env}
+def forward(session_id: str, env: dict[str, Any],
+            waiters: dict[str, list] | None = None) -> dict[str, Any]:
+    """``waiters``: an ask's ``waitedBy`` and ``waitedVia``, when anyone waits on its asker."""
+    forwarded = {"v": _V, "k": "forward", "from": session_id, "env": env}
+    if waiters:
+        forwarded.update(waiters)
+    return forwarded
+
+
+def link_waiters(asks: dict[str, dict[str, list]]) -> dict[str, Any]:
+    return {"v": _V, "k": "link_waiters", "asks": asks}
 
 
 def relay(session_id: str, env: dict[str, Any]) -> dict[str, Any]:

@@ -146,10 +146,28 @@ HELP: dict[str, str] = {
                       "supervisor.",
     "supervisor_busy": "Wait for the pending supervisor reply before asking again.",
     "too_many_asks": "Wait for one of the pending asks to be answered or to time out.",
+    "flood_guard": "Send to that session less often: wait `retryAfterS` seconds, or put "
+                   "several things in one message. A program that needs more turns the "
+                   "bound up or off at connect (`guard`: `perMinute`, 0 for none; the MCP "
+                   "server's `--guard-per-minute N` or `--no-guard`).",
+    "loop_guard": "Two agents are answering each other with nobody else involved: stop "
+                  "and tell your user. A person's prompt to either session, or `retryAfterS` "
+                  "seconds without messages between the two, starts the count again; the "
+                  "bound is `guard` `exchanges` at connect (the MCP server's "
+                  "`--guard-exchanges N`, `--guard-pause-s S`, `--no-guard`).",
+    "ask_cycle": "Do not ask again while it waits on you: reply to its ask first "
+                 "(`intercom pending` lists it), or `send` your question; its answer "
+                 "comes as a message.",
     "no_pending_ask": "Nothing to reply to; use `send` to start a new message.",
     "reply_ambiguous": "Pass `replyTo` (a message id from `intercom pending`) or `to`.",
     "unknown_message": "Ask with the messageId a send or ask of yours answered, within the "
                        "hour; older receipts are forgotten.",
+    "inbound_refused": "Do not retry: the person behind that session refuses messages "
+                       "for now. Tell your own user, or reach someone else.",
+    "unknown_held": "List the held messages first (`python -m client held --identity "
+                    "NAME`); each is released or dropped once.",
+    "held_dropped": "The receiver's person decided against your ask; do not send it again "
+                    "unless your user says so.",
     "unknown_thread": "Check the id with `intercom pending`; the ask may have ended.",
     "thread_sender_mismatch": "Pass the `to` that sent the message, or leave `to` out.",
     "stale_turn": "Reply to a pending ask instead (`intercom pending`), or send a new "

@@ -168,10 +168,28 @@ _TABLE = [
     ErrorSpec("terminal_child", "state", "Target noninteractive child is terminal and cannot reply"),
     ErrorSpec("supervisor_busy", "state", "Already waiting for a supervisor reply", LATER),
     ErrorSpec("too_many_asks", "state", "Too many pending asks (limit {limit}); wait for one to finish", LATER),
+    # The flood and loop guard of a session that turned it on (broker.core.sessions.guard).
+    ErrorSpec("flood_guard", "state", "More than {limit} messages a minute to {name}, this "
+              "session's flood guard; nothing was sent: try again in {retry_after_s:.1f} s "
+              "(retryAfterS). The guard is set when the session connects (guard perMinute; "
+              "the MCP server's --guard-per-minute, --no-guard)", LATER),
+    ErrorSpec("loop_guard", "state", "{turns} back-and-forth exchanges with {name} with no "
+              "other input, this session's loop guard (limit {limit}); nothing was sent: "
+              "{reset}. The guard is set when the session connects (guard exchanges, pauseS; "
+              "the MCP server's --guard-exchanges, --guard-pause-s, --no-guard)", LATER),
+    ErrorSpec("ask_cycle", "state", "{name} ({id}) already waits on you ({chain}): this ask "
+              "would close a wait cycle, each waiting on the other until the timeout; reply "
+              "first, or send instead"),
     ErrorSpec("no_pending_ask", "state", "No unresolved inbound ask to reply to"),
     ErrorSpec("reply_ambiguous", "state", "Several asks are pending ({count}); pass to or replyTo (see intercom pending)"),
     ErrorSpec("unknown_message", "state", "No receipt of message {message_id!r} is kept for "
               "you: it is not one you sent, or it is older than the receipts a broker keeps"),
+    ErrorSpec("inbound_refused", "target", "{name} ({id}) refuses messages from other sessions "
+              "(its inbound policy is refuse, set by its person); nothing was sent"),
+    ErrorSpec("unknown_held", "state", "No message {message_id!r} is held for this session "
+              "(see held: it was released, dropped or expired, or never held)"),
+    ErrorSpec("held_dropped", "peer", "{name} held your ask for its person, who dropped it: "
+              "it was never delivered and will not be answered"),
     ErrorSpec("unknown_thread", "state", "No unresolved inbound ask or current message matches replyTo {reply_to!r}"),
     ErrorSpec("thread_sender_mismatch", "state", "replyTo {reply_to!r} was not sent by {to!r}"),
     ErrorSpec("stale_turn", "state", "The message of this turn ({id!r}) can no longer be answered: "
@@ -288,6 +306,12 @@ class BusError(Exception):
         answer = {"ok": False, "code": self.code, "error": self.text}
         if isinstance(self.fields.get("last_seen_at"), float):
             answer["lastSeenAt"] = self.fields["last_seen_at"]    # target_not_found
+        if isinstance(self.fields.get("retry_after_s"), float):
+            answer["retryAfterS"] = round(self.fields["retry_after_s"], 3)   # the guard's
+        if self.code == "ask_cycle" and isinstance(self.fields.get("cycle"), list):
+            # who the asker would wait on, and the chain by which it waits on the asker
+            answer.update(waitsOn=self.fields.get("id"), waitsOnName=self.fields.get("name"),
+                          cycle=self.fields["cycle"])
         if self.code in REDIRECTS and isinstance(self.fields.get("endpoint"), str):
             answer["endpoint"] = self.fields["endpoint"]
             if isinstance(self.fields.get("server_key"), str):

@@ -28,8 +28,8 @@ from typing import Any
 from .errors import BusError
 from .generated import main, replace_section
 from .limits import (MAX_BATCH, MAX_CHANNEL_CHARS, MAX_CWD_CHARS, MAX_FRAME_BYTES,
-                     MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_SEND_ITEMS, STATS_TOP_DEFAULT,
-                     STATS_TOP_MAX)
+                     MAX_MESSAGE_CHARS, MAX_NAME_CHARS, MAX_SEND_ITEMS, MAX_WAITED_BY,
+                     STATS_TOP_DEFAULT, STATS_TOP_MAX)
 
 CLIENT, BROKER = "client → broker", "broker → client"
 LINK = "broker → broker"    # over the links of brokers sharing one database
@@ -125,6 +125,15 @@ CLIENT_KINDS: tuple[Kind, ...] = (
         _f("actFor", _STR_OR_NULL, "control connections only: the id of a live session of "
            "this broker to act for (reply, pending, join, leave)", max_len=ID_MAX),
         _f("actForToken", _STR_OR_NULL, "with actFor: that session's reclaim secret"),
+        _f("capabilities", (dict, _NONE), "how a message reaches the agent behind this "
+           "session, shown in list rows: ``push``, ``hooks``, ``steer`` (booleans) and "
+           "``host`` (mcp, python, node or the runtime's name)", max_len=None),
+        _f("inbound", _STR_OR_NULL, "what happens to messages from other sessions: "
+           "``accept`` (default), ``hold`` (kept for a person to release or drop) or "
+           "``refuse``", max_len=16),
+        _f("guard", (bool, dict, _NONE), "the flood and loop guard on this session's sends: "
+           "``true`` (the defaults) or ``{perMinute, exchanges, pauseS}``; off when absent",
+           max_len=None),
     ), request=True),
     Kind("call", CLIENT, "One intercom tool call: ``action`` and the tool's parameters.", (
         _f("action", object, "list, groups, join, leave, send, ask, reply, pending or status "
@@ -166,6 +175,10 @@ CLIENT_KINDS: tuple[Kind, ...] = (
     Kind("status", CLIENT, "Lifecycle status and reply capability.", (
         _f("status", _STR_OR_NULL, "idle, thinking or tool:<name> (a child: completed, ...)"),
         _f("replyCapability", _STR_OR_NULL, "live or terminal"),
+        _f("capabilities", (dict, _NONE), "capabilities changed since the hello (merged "
+           "into them; see hello)", max_len=None),
+        _f("humanInput", (bool, _NONE), "a person just gave this session input (a prompt): "
+           "the loop guard's exchange counts of its pairs start again"),
     )),
     Kind("received", CLIENT, "Receipt: these delivered messages entered the session's context.", (
         _f("ids", list, "message ids", required=True, max_len=None),
@@ -212,6 +225,17 @@ CLIENT_KINDS: tuple[Kind, ...] = (
          "connection only (as ``overview``); a run with a live host is refused "
          "``run_has_host``. Answered ``{runId, ended, undeliverable}``.", (
         _f("runId", str, "the run", required=True, max_len=None),
+    ), request=True),
+    Kind("inbound", CLIENT, "The session's inbound gate (its own, or, from a control "
+         "connection acting for it, the person's at the terminal): ``op`` ``policy`` sets "
+         "``policy`` (accept, hold or refuse; answered ``{policy, held}``), ``held`` lists "
+         "the held messages (``{policy, held: [rows]}``), ``release`` and ``drop`` settle "
+         "one held message by ``messageId`` (or every one with ``all``). A held message's "
+         "sender gets its receipt states: held, then released, dropped or expired.", (
+        _f("op", str, "policy, held, release or drop", required=True, max_len=16),
+        _f("policy", _STR_OR_NULL, "with op policy: accept, hold or refuse", max_len=16),
+        _f("messageId", _STR_OR_NULL, "with release or drop: the held message", max_len=ID_MAX),
+        _f("all", (bool, _NONE), "with release or drop: every held message"),
     ), request=True),
     Kind("invoke", CLIENT, "Queue a one-shot turn in another persistent session of the agent; "
          "answered ``{queued, id, session}`` once the job is committed.", (
@@ -286,6 +310,8 @@ BROKER_KINDS: tuple[Kind, ...] = (
         _f("error", str, "error text", max_len=None),
         _f("endpoint", str, "where to go instead (codes run_elsewhere, run_moving)"),
         _f("serverKey", str, "the CURVE server key at that endpoint, when it serves CURVE"),
+        _f("retryAfterS", _NUM, "seconds until a send to that session may pass again "
+           "(codes flood_guard, loop_guard)"),
     )),
     Kind("msg", BROKER, "An inbound message.", _MSG_FIELDS),
     Kind("msgs", BROKER, "Several plain text messages from one sender; each (id, message) "
@@ -371,6 +397,19 @@ LINK_KINDS: tuple[Kind, ...] = (
          "here: handled here as if that session were connected here.", (
         _f("from", str, "the requesting session's id", required=True),
         _f("env", dict, "the request envelope, as the client sent it", required=True),
+        _f("waitedBy", list, "with an ask or supervisor ask: the ids of the sessions that "
+           "wait on the requesting session (directly or through others), nearest first, "
+           "as the sender knows them (the receiver refuses an ask that would close a wait "
+           "cycle: ``ask_cycle``)", max_len=MAX_WAITED_BY, items=str),
+        _f("waitedVia", list, "with ``waitedBy``, one per id: the index in ``waitedBy`` of "
+           "the session it waits on next (always an earlier one), -1 for the requesting "
+           "session", max_len=MAX_WAITED_BY, items=int),
+    )),
+    Kind("link_waiters", LINK, "Who waits on the askers of asks the sender forwarded here "
+         "changed: for each such ask still pending, who waits on its asker now.", (
+        _f("asks", dict, "ask id -> ``{waitedBy, waitedVia}`` (as in ``forward``; empty "
+           f"lists: nobody), at most {MAX_WAITED_BY} sessions each", required=True,
+           max_len=None),
     )),
     Kind("relay", LINK, "An envelope for a session held by the receiving broker (an "
          "answer, a message, an event other than presence).", (

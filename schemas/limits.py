@@ -21,6 +21,7 @@ PREFIX_LEN = 8                     # unique hex prefix of a UUID session id
 
 QUEUED_PER_TARGET = 50
 MAX_PENDING_ASKS = 6
+MAX_WAITED_BY = 64                 # an ask's asker's waiters told to another broker (ask_cycle)
 ASK_TIMEOUT_S = 600.0
 MAX_ASK_TIMEOUT_S = 86_400.0       # per-call or configured ask timeouts are capped here
 LEASE_S = 120.0

@@ -33,7 +33,8 @@ ACTION_HELP: dict[str, str] = {
             "to and return at once, without waiting for an answer; a workflow stage that "
             "has not started yet gets it queued",
     "ask": "send message to a live session and wait until it replies (the reply is "
-           "the result) or timeout seconds pass",
+           "the result) or timeout seconds pass; refused at once (ask_cycle) when that "
+           "session already waits on you, directly or through others",
     "reply": "answer the message you are handling now, or else the only ask still "
              "waiting for you; with several waiting, name one with to or replyTo",
     "pending": "show the asks sent to you that still wait for your reply: who asked, "

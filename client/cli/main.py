@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 
+from schemas.attention import GUARD_EXCHANGES, GUARD_PAUSE_S, GUARD_PER_MINUTE, INBOUND_POLICIES
 from schemas.limits import PROTOCOL_VERSION
 
 from .context import INTERRUPTED, OK, USAGE, Cli, Exit
@@ -93,6 +94,22 @@ def _add_mcp(sub) -> None:
     p_mcp.add_argument("--history-file", help="history JSON lines (default <data dir>/mcp/NAME.jsonl)")
     p_mcp.add_argument("--no-push", action="store_true",
                        help="send no notifications/claude/channel pushes")
+    p_mcp.add_argument("--inbound", choices=INBOUND_POLICIES, default=None,
+                       help="the session's inbound gate at start: accept (default), hold "
+                       "(messages wait for 'python -m client release') or refuse")
+    guard = p_mcp.add_argument_group(
+        "flood and loop guard", "on by default: bounds on the session's sends to any one "
+        "other session (refused flood_guard or loop_guard, with retryAfterS)")
+    guard.add_argument("--guard-per-minute", type=int, metavar="N",
+                       help=f"messages to one session in any minute (default {GUARD_PER_MINUTE}; "
+                       "0: no bound)")
+    guard.add_argument("--guard-exchanges", type=int, metavar="N",
+                       help="back-and-forth turns with one session with no person's prompt "
+                       f"or pause between (default {GUARD_EXCHANGES}; 0: no bound)")
+    guard.add_argument("--guard-pause-s", type=float, metavar="S",
+                       help=f"this long with no message between two sessions starts their "
+                       f"turns again (default {GUARD_PAUSE_S:g}; 0: only a prompt does)")
+    guard.add_argument("--no-guard", action="store_true", help="no flood and loop guard")
 
 
 def unknown_flag_before_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:

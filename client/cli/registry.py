@@ -7,12 +7,14 @@ builds itself, see :mod:`client.cli.main`, as it keeps its own flags).
 
 from __future__ import annotations
 
-from . import acts, reads, tail, watching
+from . import acts, gate, hook, reads, tail, watching
 from .command import Command
 
 COMMANDS: tuple[Command, ...] = (
     *reads.COMMANDS,
     *acts.COMMANDS,
+    *gate.COMMANDS,
     tail.COMMAND,
     *watching.COMMANDS,
+    hook.COMMAND,
 )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from schemas.attention import ACCEPT, CAPABILITY_FLAGS
+
 from .runs import run_tables
 from .tables import NONE, Style, ago, elapsed, pairs, table
 
@@ -43,19 +45,30 @@ def shown_name(row: dict[str, Any]) -> str | None:
     return name
 
 
+def reach(row: dict[str, Any]) -> str | None:
+    """How a message reaches the session: its host and capabilities, then its inbound
+    gate when that is not ``accept`` (``mcp push,steer,hooks``, ``python hold``)."""
+    caps = row.get("capabilities") if isinstance(row.get("capabilities"), dict) else {}
+    flags = [flag for flag in CAPABILITY_FLAGS if caps.get(flag) is True]
+    words = [str(caps.get("host") or "?")] + ([",".join(flags)] if flags else [])
+    if row.get("inbound") not in (None, ACCEPT):
+        words.append(str(row["inbound"]))
+    return " ".join(words) if caps or len(words) > 1 else None
+
+
 def session_table(rows: Sequence[dict], now: float, style: Style, *,
                   everywhere: bool = False) -> list[str]:
     """The sessions of a list (``everywhere``: of the operator's overview, with each
     one's home group and the broker holding it)."""
-    headers = ["ID", "STATUS", "CWD", "NAME", "GROUPS", "CONNECTED"]
+    headers = ["ID", "STATUS", "CWD", "NAME", "REACH", "GROUPS", "CONNECTED"]
     if everywhere:
-        headers[4:4] = ["HOME", "BROKER"]
+        headers[5:5] = ["HOME", "BROKER"]
     body = []
     for row in rows:
-        cells = [copyable(row), row.get("status"), row.get("cwd"), shown_name(row),
+        cells = [copyable(row), row.get("status"), row.get("cwd"), shown_name(row), reach(row),
                  row.get("groups"), ago(row.get("connectedAt"), now)]
         if everywhere:
-            cells[4:4] = [row.get("homeGroup"), row.get("broker") or "here"]
+            cells[5:5] = [row.get("homeGroup"), row.get("broker") or "here"]
         body.append(cells)
     return table(headers, body, style, lambda i, text: status_styles(text) if i == 1 else ())
 

@@ -47,10 +47,11 @@ def role_bus_receiver(endpoint: str, warm: int, count: int, timeout_s: float,
 
 
 def role_bus_sender(endpoint: str, to: str, warm: int, count: int, size: int,
-                    mode: str, window: int) -> None:
+                    mode: str, window: int, guard: bool | dict | None = None) -> None:
+    """``guard``: the session's flood and loop guard (see scripts/guard_cost.py)."""
     from collections import deque
 
-    session = _connect(f"bench-send-{os.getpid()}", endpoint)
+    session = _connect(f"bench-send-{os.getpid()}", endpoint, guard=guard)
     text = "x" * size
     errors: dict[str, int] = {}
     try:

@@ -13,7 +13,7 @@ import string
 
 from client import protocol as client_protocol
 from client import transport
-from schemas import limits
+from schemas import attention, limits
 from schemas.errors import ERRORS, LOCAL, RETRY_RULES
 from schemas.kinds import BROKER_KINDS, CLIENT_KINDS, ID_MAX, LINK_KINDS, TEXT_MAX, Field, Kind
 from schemas.tools import ATTACHMENT_SCHEMA, OUTPUT_ATTACHMENT_SCHEMA, TOOL_SCHEMAS
@@ -185,6 +185,14 @@ _NUMBERS = (
      f"{_seconds(limits.MAX_ASK_TIMEOUT_S)}", "limits.ASK_TIMEOUT_S, MAX_ASK_TIMEOUT_S"),
     ("asks one session may have waiting (config `maxPendingAsks`)",
      f"{limits.MAX_PENDING_ASKS}", "limits.MAX_PENDING_ASKS"),
+    ("an ask forwarded to another broker names at most this many sessions waiting on "
+     "its asker (`waitedBy`, `link_waiters`)", f"{limits.MAX_WAITED_BY}",
+     "limits.MAX_WAITED_BY"),
+    ("a guarded session's messages to one session in any 60 s (`flood_guard`); its turns "
+     "with one session with no person's input or pause between (`loop_guard`); that pause",
+     f"{attention.GUARD_PER_MINUTE}; {attention.GUARD_EXCHANGES}; "
+     f"{_seconds(attention.GUARD_PAUSE_S)}",
+     "attention.GUARD_PER_MINUTE, GUARD_EXCHANGES, GUARD_PAUSE_S"),
     ("how long the Python client waits for any other answer", _seconds(limits.CALL_TIMEOUT_S),
      "limits.CALL_TIMEOUT_S"),
     ("after a re-welcome, asks are resent this long after the welcome",

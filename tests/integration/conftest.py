@@ -251,6 +251,15 @@ def module_broker(prepare: Callable[[Path], None] | None = None, *extra: str):
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def home():
+    """A short directory of the test's own (a HOME, a data directory): ipc paths and
+    the MCP server's hook socket go beside what it holds."""
+    path = make_tmp()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="module")
 def shared_broker():
     """One broker for a whole module; tests isolate themselves with their own groups."""

@@ -41,6 +41,11 @@ def server_command(name: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "client", "mcp", "--name", name, *extra]
 
 
+def bus_flags(bus, *extra: str) -> tuple[str, ...]:
+    """A server's flags for the test's broker and group (``bus`` fixture), then ``extra``."""
+    return ("--endpoint", bus.endpoint, "--group", bus.group, *extra)
+
+
 def server_params(home: Path, name: str, *extra: str, **env: str):
     command = server_command(name, *extra)
     return sdk().StdioServerParameters(command=command[0], args=command[1:], cwd=str(ROOT),

@@ -1,4 +1,4 @@
-"""Ask and reply over real sockets: threads, killed peers, mutual asks."""
+"""Ask and reply over real sockets: threads, killed peers, asks back (cycles)."""
 
 import os
 import signal
@@ -125,28 +125,21 @@ def test_closed_peer_fails_the_ask_at_once(connect):
     assert time.monotonic() - closed_at < 2
 
 
-def test_mutual_asks_both_complete(connect):
+def test_an_ask_back_is_refused_at_once_as_a_cycle_and_the_first_ask_completes(connect):
     alice = connect("alice")
     bob = connect("bob")
-    results = {}
-
-    def run(me, other, tag):
-        results[tag] = me.intercom(action="ask", to=other, message=f"from {tag}", timeout=20)
-
-    def serve(me):
-        msg = me.receive(timeout=10)
-        me.intercom(action="reply", message="answer to " + msg["message"])
-
-    threads = [threading.Thread(target=run, args=(alice, "bob", "alice")),
-               threading.Thread(target=run, args=(bob, "alice", "bob")),
-               threading.Thread(target=serve, args=(alice,)),
-               threading.Thread(target=serve, args=(bob,))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert results["alice"]["message"] == "answer to from alice"
-    assert results["bob"]["message"] == "answer to from bob"
+    result = {}
+    asker = threading.Thread(target=lambda: result.update(
+        alice.intercom(action="ask", to="bob", message="which tests?", timeout=20)))
+    asker.start()
+    assert bob.receive(timeout=10)["expectsReply"] is True
+    started = time.monotonic()
+    back = bob.intercom(action="ask", to="alice", message="which branch?", timeout=20)
+    assert time.monotonic() - started < 1.0                 # not the ask's 20 s
+    assert (back["ok"], back["code"], back["waitsOnName"]) == (False, "ask_cycle", "alice")
+    assert bob.intercom(action="reply", message="test_auth")["ok"]
+    asker.join(15)
+    assert result["message"] == "test_auth"
 
 
 def test_an_isolated_child_sends_to_and_asks_its_supervisor_by_8_hex_prefix(connect):

@@ -32,11 +32,11 @@ def test_list_prints_a_table_with_the_id_first_then_status_and_working_directory
     ran = cli(bus, tmp_path, "list")
     assert (ran.code, ran.err) == (0, ""), ran
     header, *rows = ran.lines
-    assert columns(header) == ["ID", "STATUS", "CWD", "NAME", "GROUPS", "CONNECTED"]
-    assert [columns(row)[:5] for row in rows] == [
-        [alice.id, "idle", "/srv/work/alpha", "alice", bus.group],
-        [bob.id, "thinking", "/srv/work/beta", "bob", bus.group]]
-    assert all(re.fullmatch(r"now|\d+s ago", columns(row)[5]) for row in rows), rows
+    assert columns(header) == ["ID", "STATUS", "CWD", "NAME", "REACH", "GROUPS", "CONNECTED"]
+    assert [columns(row)[:6] for row in rows] == [
+        [alice.id, "idle", "/srv/work/alpha", "alice", "python", bus.group],
+        [bob.id, "thinking", "/srv/work/beta", "bob", "python", bus.group]]
+    assert all(re.fullmatch(r"now|\d+s ago", columns(row)[6]) for row in rows), rows
     starts = {header.index(name) for name in ("STATUS", "CWD", "NAME")}
     assert all(row[i - 2:i] == "  " and row[i] != " " for row in rows for i in starts), ran.out
     assert ESCAPE not in ran.out                    # not a terminal: no colour
@@ -106,11 +106,11 @@ def test_list_all_shows_every_group_to_a_command_on_the_brokers_host(bus, tmp_pa
     ran = cli(bus, tmp_path, "list", "--all")
     assert ran.code == 0, ran
     header, *rows = ran.lines
-    assert columns(header) == ["ID", "STATUS", "CWD", "NAME", "HOME", "BROKER", "GROUPS",
-                               "CONNECTED"]
+    assert columns(header) == ["ID", "STATUS", "CWD", "NAME", "REACH", "HOME", "BROKER",
+                               "GROUPS", "CONNECTED"]
     mine = {columns(row)[0]: columns(row) for row in rows}
-    assert mine[alice.id][3:6] == ["alice", bus.group, "here"]
-    assert mine[zed.id][3:6] == ["zed", elsewhere, "here"]
+    assert mine[alice.id][3:7] == ["alice", "python", bus.group, "here"]
+    assert mine[zed.id][3:7] == ["zed", "python", elsewhere, "here"]
     listed = cli(bus, tmp_path, "list")
     assert zed.id not in listed.out and alice.id in listed.out    # a member's view, as before
 

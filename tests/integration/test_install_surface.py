@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import wait_listening
 
 from .cli_helpers import CLI
-from .conftest import ROOT, child_env, make_tmp, unique
+from .conftest import ROOT, child_env
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -46,13 +46,6 @@ HINT = "pip install 'intercom-bus[mcp]'"
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "test", "version": "0"}}}
-
-
-@pytest.fixture
-def home():
-    path = make_tmp()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def scripts_dir() -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -16,17 +15,10 @@ import pytest
 
 from client.autostart import PID_FILE
 
-from .conftest import ROOT, child_env, make_tmp, unique
+from .conftest import ROOT, child_env, unique
 from .mcp_helpers import call, mcp_client, run, server_command
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def home():
-    path = make_tmp()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def flags(bus, *extra: str) -> tuple[str, ...]:

@@ -136,12 +136,11 @@ def test_ask_refusals_unknown_other_group_and_self():
     assert answers(bus, b"alice", "a3")[0]["code"] == "self_target"
 
 
-def test_mutual_asks_both_complete():
+def test_an_ask_back_is_refused_as_a_cycle_and_the_first_ask_still_completes():
     bus = three()
     ask(bus, b"alice", "a1", "bob")
-    ask(bus, b"bob", "b1", "alice")
-    bus.call(b"alice", "reply", message="from alice", currentTurn="b1")
-    assert answers(bus, b"bob", "b1")[0]["message"] == "from alice"
+    ask(bus, b"bob", "b1", "alice")         # each would wait for the other (test_ask_cycles)
+    assert answers(bus, b"bob", "b1")[0]["code"] == "ask_cycle"
     bus.call(b"bob", "reply", message="from bob", currentTurn="a1")
     assert answers(bus, b"alice", "a1")[0]["message"] == "from bob"
 

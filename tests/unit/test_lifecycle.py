@@ -41,5 +41,5 @@ def test_a_session_leaving_is_one_event_every_listener_hears_in_order():
         for f in state.listeners[lifecycle.SessionLeft])}
     bus.feed(b"bob", envelope("bye"))
     assert heard == ["presence", "last_seen", "ask_actions", "stage_binding", "closed_stages",
-                     "conversations", "remote_conversations", "receipts", "changes"]
+                     "conversations", "remote_conversations", "receipts", "guard", "changes"]
     assert [s.name for s in state.registry.by_id.values()] == ["alice"]

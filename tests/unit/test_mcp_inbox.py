@@ -48,7 +48,9 @@ def test_ids_are_forgotten_only_past_two_generations():
     assert not handover.arrived(msg(0))        # in the old generation still
 
 
-@given(st.lists(st.one_of(st.integers(0, 40).map(lambda i: ("arrive", i)), st.just(("take", 0))),
+# A take is whole (None) or bounded in chars, as a host hook's is (0: the oldest alone).
+@given(st.lists(st.one_of(st.integers(0, 40).map(lambda i: ("arrive", i)),
+                          st.sampled_from([None, 0, 150, 600]).map(lambda n: ("take", n))),
                 max_size=200))
 def test_every_accepted_message_is_handed_over_exactly_once_in_order(steps):
     handover = Handover()
@@ -58,7 +60,7 @@ def test_every_accepted_message_is_handed_over_exactly_once_in_order(steps):
             if handover.arrived(msg(i)):
                 accepted.append(f"m{i}")
         else:
-            handed += [m["id"] for m in handover.take()]
+            handed += [m["id"] for m in handover.take(i)]
     handed += [m["id"] for m in handover.take()]
     assert handed == accepted
     assert len(set(handed)) == len(handed)
@@ -102,3 +104,24 @@ def test_the_handover_is_full_at_its_limit_until_a_take():
     assert handover.full and handover.size == MESSAGE_OVERHEAD_BYTES * 3
     handover.take()
     assert not handover.full and handover.size == 0
+
+
+def test_a_take_bounded_in_chars_takes_the_oldest_that_fit_and_leaves_the_rest():
+    handover = Handover()
+    for i in range(3):
+        handover.arrived(msg(i, message="x" * 100))
+    size_before = handover.size
+    first = handover.take(max_chars=300)            # one message's JSON is about 200 chars
+    assert [m["id"] for m in first] == ["m0"]
+    assert handover.size == size_before - (MESSAGE_OVERHEAD_BYTES + 100)
+    assert handover.current["id"] == "m0"
+    assert [m["id"] for m in handover.take()] == ["m1", "m2"]
+
+
+def test_a_bounded_take_always_takes_the_oldest_message_however_long():
+    handover = Handover()
+    handover.arrived(msg(0, message="x" * 5000))
+    handover.arrived(msg(1))
+    assert [m["id"] for m in handover.take(max_chars=10)] == ["m0"]
+    assert [m["id"] for m in handover.take(max_chars=10)] == ["m1"]
+    assert handover.take(max_chars=10) == [] and handover.size == 0

@@ -36,8 +36,9 @@ def test_a_send_or_ask_to_a_session_of_the_other_broker_goes_to_that_broker():
     pair.hello(pair.a, "alice")
     pair.hello(pair.b, "bob")
     state, alice = pair.a.engine.state, session_named(pair.a, "alice")
+    bob = session_named(pair.a, "bob").id
     for env in (call("send", to="bob", message="x"), call("ask", to="bob", message="x")):
-        assert place(state, alice, "call", env) == Forward("bb", "bob")
+        assert place(state, alice, "call", env) == Forward("bb", "bob", target_id=bob)
     # A reply stays: its thread is in the replier's own tables.
     assert place(state, alice, "call", call("send", to="bob", message="x", replyTo="m0")) is None
     # A target that does not resolve is refused here, by this broker.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas.attention import clean_capabilities, inbound_policy
 from schemas.errors import BusError
 from schemas.groups import clean_group, has_control_chars, resolve_home_group
 from schemas.limits import MAX_NAME_CHARS
@@ -28,7 +29,7 @@ from broker.core.kernel.lifecycle import SessionOpened, emit
 from broker.core.kernel.state import State
 from broker.core.messaging import ask_actions as asking, receipts
 from broker.core.runs.paths import path_run
-from broker.core.sessions import backlog, connect, control
+from broker.core.sessions import backlog, connect, control, guard
 from broker.core.sessions.authority import check_claimed
 from broker.core.sessions.grants import admit_child, session_token
 from broker.core.sessions.presence import membership_changed, status_changed
@@ -149,7 +150,9 @@ def _open(state: State, identity: bytes, env: dict, re: str, now: float, session
         keep_until=receipts.SEEN if env.get("keepUntil") == receipts.SEEN else "read",
         connected_at=now, connected_wall=state.wall, last_seen_at=now, peer=peer,
         cwd=env.get("cwd"), attempt=connect.hello_attempt(env),
-        attempt_of=instance_tag(env.get("instance")))
+        attempt_of=instance_tag(env.get("instance")),
+        capabilities=clean_capabilities(env.get("capabilities")),
+        inbound=inbound_policy(env.get("inbound")), guard=guard.settings(env.get("guard")))
     if refusal is None and env.get("sessionId") and isinstance(env.get("token"), str):
         session.reclaimed_with = connect.token_hash(env["token"])    # see _returning
     state.registry.add(session)
@@ -188,12 +191,23 @@ def welcome(state: State, session: Session) -> dict[str, Any]:
 
 
 def lifecycle(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
-    """The ``status`` kind: activity and reply capability.
+    """The ``status`` kind: activity, reply capability, capabilities (merged into
+    those the hello stated: see schemas.attention) and a person's input (``humanInput``:
+    the loop guard's counts restart, broker.core.sessions.guard).
 
     Raises BusError(invalid_status | bad_envelope).
     """
     status = env.get("status")
     capability = env.get("replyCapability")
+    stated = env.get("capabilities")
+    if stated is not None:
+        stated = clean_capabilities({**(session.capabilities or {}), **stated}) \
+            if stated.__class__ is dict else None
+        if stated is None:
+            raise BusError("bad_envelope", detail="capabilities must be a map")
+    moved = stated is not None and stated != session.capabilities
+    if moved:
+        session.capabilities = stated
     if status is not None:
         if status in TERMINAL_CHILD_STATUSES and session.kind == NONINTERACTIVE:
             capability = TERMINAL   # a finished child cannot answer asks any more
@@ -205,9 +219,12 @@ def lifecycle(state: State, session: Session, env: dict, re: str | None, now: fl
         if capability not in REPLY_CAPABILITIES:
             raise BusError("bad_envelope", detail="replyCapability must be 'live' or 'terminal'")
         asking.set_capability(state, session, capability)
-    status_changed(state, session)
+    if moved or status is not None or capability is not None:
+        status_changed(state, session)
     if status is not None:
         invoking.status_changed(state, session, now)
+    if env.get("humanInput") is True:     # a person spoke to it: its pairs' turns restart
+        guard.human_input(state, session)
     if re is not None:
         state.answer(session, re, {"status": session.status_text})
 
@@ -219,6 +236,10 @@ def _reattach(state: State, session: Session, identity: bytes, env: dict, re: st
     session.instance = env.get("instance")      # a silent holder's successor owns it now
     session.attempt = max(session.attempt, connect.hello_attempt(env))
     session.attempt_of = instance_tag(env.get("instance"))
+    stated = clean_capabilities(env.get("capabilities"))
+    if stated is not None and stated != session.capabilities:
+        session.capabilities = stated
+        status_changed(state, session)
     backlog.restart(session)
     session.last_seen_at = now
     connect.adopt_claimed(state, session, env)

@@ -22,10 +22,10 @@ from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
 from broker.core.assembly import arrival
-from broker.core.sessions import (acting, authority, control, grants, last_seen, membership,
-                                  presence)
+from broker.core.sessions import (acting, authority, control, grants, guard, last_seen,
+                                  membership, presence)
 from broker.core.workflow.overview import overview
-from broker.core.messaging import ask_actions, receipts
+from broker.core.messaging import ask_actions, inbound_actions, receipts
 from broker.core.workflow import closed_stages
 from broker.core.agents import conversations, invoke_actions as invoking
 from broker.core.cluster import (changes, claims, ownership, placement, remote_conversations,
@@ -103,6 +103,7 @@ KINDS: dict[str, KindHandler] = {
     "stats": stats,
     "overview": overview,
     "end_run": hosting.end_abandoned,
+    "inbound": inbound_actions.inbound,
     "invoke": invoking.invoke,
     "finish_invocation": invoking.finish,
     "turn": conversations.turn,
@@ -141,8 +142,8 @@ LIFECYCLE: dict[type, tuple] = {
     SessionLeft: (presence.session_left, last_seen.session_left, ask_actions.session_left, stages.session_left,
                   closed_stages.session_left, conversations.session_left,
                   remote_conversations.session_left, receipts.session_left,
-                  changes.session_left),
-    ControlLeft: (ask_actions.session_left, changes.session_left),
+                  guard.session_left, changes.session_left),
+    ControlLeft: (ask_actions.session_left, guard.session_left, changes.session_left),
     SessionChanged: (changes.session_changed,),
     RunChanged: (changes.run_changed,),
     RunClosed: (changes.run_closed,),

@@ -36,11 +36,11 @@ from schemas.errors import BusError
 from schemas.limits import LEASE_S, STATS_TOP_DEFAULT
 from schemas.names import FAILED, QUEUED, STARTED
 
-from broker.core.messaging import ask_actions as asking, receipts
+from broker.core.messaging import ask_actions as asking, inbound_gate, receipts
 from broker.core.sessions import backlog, connect, departures
 from broker.core.workflow import hosting, stage_binding as stages
 from broker.core.agents import invoke_actions as invoking
-from broker.core.cluster import links, ownership, remote_listing
+from broker.core.cluster import links, ownership, remote_listing, waiters
 from broker.core.agents.registry import Conversation
 from broker.core.kernel.commands import Answer, Command, RenewLease
 from broker.core.agents.invocation_table import RESTARTED, RESTARTED_TEXT, Job
@@ -298,6 +298,8 @@ class Engine:
         asking.expire(state, now)
         if state.receipts.parked:
             receipts.expire(state)
+        if state.gate.held:
+            inbound_gate.expire(state)
         invoking.recheck(state, now)
         if state.cluster.others:
             links.tick(state, now)
@@ -366,6 +368,8 @@ class Engine:
         cluster = state.cluster
         if cluster.changed or cluster.runs_changed:
             links.flush(state)
+        if state.asks.touched:
+            waiters.tell(state)     # who waits on asks forwarded elsewhere changed
         out = state.out
         if not out:
             return []              # most rounds' byte counts (wrote) and ticks

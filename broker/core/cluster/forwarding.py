@@ -39,6 +39,8 @@ from __future__ import annotations
 from schemas import envelopes
 from schemas.errors import BusError
 
+from broker.core.cluster import waiters
+from broker.core.messaging.ask_cycles import to_wire
 from broker.core.sessions.membership import change_groups
 from broker.core.cluster.peers import Forwarded, Peer
 from broker.core.kernel.commands import LinkSend
@@ -47,10 +49,12 @@ from broker.core.kernel.state import State
 
 
 def hand(state: State, session: Session, broker_id: str, name: str, env: dict,
-         ids: list, again: bool = False) -> None:
+         ids: list, again: bool = False, target_id: str | None = None) -> None:
     """Send ``env`` (request ids ``ids``) to ``broker_id``, which answers over the link;
-    ``name`` is what a refusal calls the target. Raises BusError(control_other_broker)
-    for a control connection: it is no mirror there, so nobody could answer it."""
+    ``name`` is what a refusal calls the target, ``target_id`` its session id when
+    known here. An ask carries who waits on ``session`` (see
+    :mod:`broker.core.cluster.waiters`). Raises BusError(control_other_broker) for a
+    control connection: it is no mirror there, so nobody could answer it."""
     if session.is_control:
         raise BusError("control_other_broker", name=name, broker=broker_id)
     peer = state.cluster.peers.get(broker_id)
@@ -65,8 +69,13 @@ def hand(state: State, session: Session, broker_id: str, name: str, env: dict,
     for request_id in ids:
         if request_id.__class__ is str:
             mine[request_id] = Forwarded(broker_id, name, kept)
+    waiting = None
+    if (env.get("k") == "supervisor" or env.get("action") == "ask") and \
+            ids and ids[0].__class__ is str:
+        waiting = waiters.away(state, session, ids[0], target_id, broker_id)
     state.stats["forwarded"] += 1
-    state.out.append(LinkSend(broker_id, [envelopes.forward(session.id, env)]))
+    state.out.append(LinkSend(broker_id, [envelopes.forward(
+        session.id, env, to_wire(waiting) if waiting else None)]))
 
 
 _MESSAGES = frozenset({"call", "sends", "supervisor"})
@@ -80,6 +89,8 @@ def answered(state: State, session: Session, env: dict) -> None:
     kind = env.get("k")
     if kind == "result":
         where = mine.pop(env.get("re"), None)
+        if where is not None and state.asks.away:
+            state.asks.close_away(env["re"])
         if where is not None and where.env is not None and where.env.get("k") == "workflow":
             _join_granted(state, session, env)
     elif kind == "acks" and isinstance(env.get("ids"), list):
@@ -119,6 +130,7 @@ def broker_gone(state: State, peer: Peer, again: bool = True,
             if where.broker_id != peer.broker_id:
                 continue
             del mine[request_id]
+            state.asks.close_away(request_id)
             if session is None:
                 continue
             if again and where.env is not None:

@@ -54,9 +54,11 @@ from schemas.errors import BusError
 from schemas.limits import heartbeat_s
 from schemas.names import PRESENCE_EVENTS
 
-from broker.core.cluster import remote_conversations as conversation_mirrors, forwarding, mirrors, ownership, remote_listing
+from broker.core.cluster import remote_conversations as conversation_mirrors, forwarding, mirrors, ownership, remote_listing, waiters
 from broker.core.agents import conversations, invoke_actions as invoking, respond_action as respond
 from broker.core.messaging import receipts
+from broker.core.messaging.ask_cycles import from_wire
+from broker.core.sessions import guard
 from broker.core.cluster.peers import Peer, link_row, mirror_of
 from broker.core.kernel.commands import LinkClose, LinkOpen, LinkSend, ReadBrokers, Send
 from broker.core.kernel.records import LeaseRenewed
@@ -306,7 +308,12 @@ def _forward(state: State, peer: Peer, env: dict, now: float) -> None:
             env["env"].get("k") not in _FORWARDED:
         state.stats["link.forward_unknown_sender"] += 1
         return
-    state.hooks.handle(state, session.identity, env["env"], now)
+    # An ask brings who waits on its asker there (broker.core.cluster.waiters).
+    state.asks.carried = from_wire(env) if "waitedBy" in env else ()
+    try:
+        state.hooks.handle(state, session.identity, env["env"], now)
+    finally:
+        state.asks.carried = ()
 
 
 def _relay(state: State, peer: Peer, env: dict, now: float) -> None:
@@ -328,6 +335,10 @@ def _relay(state: State, peer: Peer, env: dict, now: float) -> None:
         respond.relayed(state, session, inner)
     else:
         forwarding.answered(state, session, inner)
+    if session.guard is not None and inner.get("from").__class__ is str and \
+            (kind in ("msg", "msgs") or (kind == "result" and "replyId" in inner)):
+        # A message or an ask's reply from another broker's session: its guard counts it.
+        guard.arrived(state, session, inner["from"], now)
     state.out.append(Send(session.identity, inner))
 
 
@@ -356,6 +367,7 @@ _LINK_HANDLERS = {
     "forward": _forward,
     "relay": _relay,
     "link_jobs": _jobs,
+    "link_waiters": waiters.told_here,
     "link_list": remote_listing.query,
     "link_listed": remote_listing.listed,
     "link_hb": _heartbeat,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from schemas.attention import clean_capabilities, inbound_policy
 from schemas.names import IDLE, INTERACTIVE, LIVE
 
 from broker.core.cluster import remote_conversations as conversation_mirrors
@@ -99,7 +100,9 @@ def _add(state: State, peer: Peer, row: dict[str, Any], now: float) -> None:
         connected_at=now - max(0.0, state.wall - connected_wall), connected_wall=connected_wall,
         last_seen_at=now, peer=f"link:{peer.broker_id}", broker=peer.broker_id,
         cwd=row["cwd"] if isinstance(row.get("cwd"), str) else None,
-        mirrored_stage=_stage(row), attempt=_attempt(row), attempt_of=_attempt_of(row))
+        mirrored_stage=_stage(row), attempt=_attempt(row), attempt_of=_attempt_of(row),
+        capabilities=clean_capabilities(row.get("capabilities")),
+        inbound=inbound_policy(row.get("inbound")))
     state.registry.add(session)
     state.cluster.remote[session.id] = session
     # A subagent of a run held here, back on another broker: it gets what was held.
@@ -128,11 +131,14 @@ def _update(state: State, session: Session, row: dict[str, Any]) -> None:
     status, suffix = row.get("status") or IDLE, row.get("statusSuffix")
     capability = row.get("replyCapability") or LIVE
     stage = _stage(row)
-    if (status, suffix, capability, stage) != (session.status, session.status_suffix,
-                                               session.reply_capability, session.mirrored_stage):
+    reach = (clean_capabilities(row.get("capabilities")), inbound_policy(row.get("inbound")))
+    if (status, suffix, capability, stage, *reach) != (
+            session.status, session.status_suffix, session.reply_capability,
+            session.mirrored_stage, session.capabilities, session.inbound):
         session.status, session.status_suffix = str(status), suffix
         session.reply_capability = str(capability)
         session.mirrored_stage = stage
+        session.capabilities, session.inbound = reach
         status_changed(state, session)
 
 

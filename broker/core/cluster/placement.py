@@ -46,6 +46,7 @@ from broker.core.cluster.forwarding import hand
 from broker.core.kernel.state import State
 from broker.core.routing.resolver import (ClosedStageHost, Mirror, OrphanRun, RemoteHeld,
                                             RemoteRun, resolve)
+from broker.core.sessions import guard
 from broker.core.sessions.registry import Session
 
 
@@ -53,11 +54,13 @@ from broker.core.sessions.registry import Session
 class Forward:
     """Hand the request to ``broker_id``; ``name`` is what a refusal calls the target;
     ``again``: if that broker dies first, handle the request again rather than fail it
-    (paths: the run's adopter answers it)."""
+    (paths: the run's adopter answers it); ``target_id``: the target session's id, when
+    it is one (an ask's edge of the wait-for graph, broker.core.cluster.waiters)."""
 
     broker_id: str
     name: str
     again: bool = False
+    target_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,7 @@ def place(state: State, session: Session | None, kind: str, env: dict) -> Placem
         return _for_target(state, session, env.get("to"), "send")
     if kind == "supervisor":
         parent = state.registry.by_id.get(session.parent_id or "")
-        return Forward(parent.broker, parent.name) \
+        return Forward(parent.broker, parent.name, target_id=parent.id) \
             if parent is not None and parent.broker is not None else None
     if kind == "workflow":
         return _for_run(state, env.get("runId"))
@@ -100,10 +103,17 @@ def place(state: State, session: Session | None, kind: str, env: dict) -> Placem
 
 def carry_out(state: State, session: Session | None, identity: bytes, where: Placement,
               env: dict, ids: list, now: float) -> None:
-    """Do what :func:`place` decided for ``env`` (request ids ``ids``)."""
+    """Do what :func:`place` decided for ``env`` (request ids ``ids``); a guarded
+    sender's message to another broker's session passes its guard first (:func:`_guarded`)."""
     if isinstance(where, Forward):
+        if where.target_id is not None and session.guard is not None and \
+                env.get("k") != "supervisor":
+            env, ids = _guarded(state, session, identity, where.target_id, env, ids, now)
+            if not ids:
+                return
         try:
-            hand(state, session, where.broker_id, where.name, env, ids, again=where.again)
+            hand(state, session, where.broker_id, where.name, env, ids, again=where.again,
+                 target_id=where.target_id)
         except BusError as error:
             if error.code != "broker_unreachable":
                 raise
@@ -117,6 +127,37 @@ def carry_out(state: State, session: Session | None, identity: bytes, where: Pla
         for request_id in ids:
             if request_id.__class__ is str:
                 state.answer(identity, request_id, error)
+
+
+def _guarded(state: State, session: Session, identity: bytes, target_id: str, env: dict,
+             ids: list, now: float) -> tuple[dict, list]:
+    """A send, sends or ask of a guarded session to another broker's session: its
+    flood and loop guard (broker.core.sessions.guard) is checked and counted here,
+    where it is (there it is a mirror, which has none). What it refuses is answered
+    and left out of what is handed over; an id handed over before passes unchecked
+    (a resend: that broker answers it as the first time)."""
+    peer = state.registry.by_id.get(target_id)
+    fresh = [i for i in ids if i.__class__ is str and i not in state.receipts.elsewhere]
+    if peer is None or not fresh:
+        return env, ids
+    try:
+        left = guard.quota(state, session, peer, now)
+    except BusError as error:
+        left, refusal = 0, error
+    else:
+        refusal = guard.full(state, session, peer, now) if left < len(fresh) else None
+    if left:
+        guard.passed(state, session, peer, now, min(left, len(fresh)))
+    refused = set(fresh[left:])
+    if not refused:
+        return env, ids
+    for request_id in fresh[left:]:
+        state.answer(identity, request_id, refusal)
+    kept = [i for i in ids if i not in refused]
+    if env.get("k") == "sends":
+        env = {**env, "ids": kept,
+               "messages": [m for i, m in zip(ids, env["messages"]) if i not in refused]}
+    return env, kept
 
 
 def _for_target(state: State, session: Session, to: object, verb: str) -> Placement:
@@ -137,7 +178,7 @@ def _for_target(state: State, session: Session, to: object, verb: str) -> Placem
         # A subagent of another broker's dormant run: that broker holds sends for it.
         return Forward(target.broker_id, to)
     if kind is Mirror or (kind is ClosedStageHost and target.session.broker is not None):
-        return Forward(target.session.broker, target.session.name)
+        return Forward(target.session.broker, target.session.name, target_id=target.session.id)
     return None
 
 

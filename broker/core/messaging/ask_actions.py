@@ -14,6 +14,7 @@ from schemas.limits import MAX_ASK_TIMEOUT_S
 from schemas.names import TERMINAL
 
 from broker.core.sessions import backlog
+from broker.core.messaging.ask_cycles import refuse_cycle
 from broker.core.messaging.ask_table import Ask
 from broker.core.messaging.delivery import deliver
 from broker.core.sessions.registry import Session
@@ -24,8 +25,9 @@ from broker.core.kernel.state import State
 def open_ask(state: State, asker: Session, target: Session, ask_id: str, message: str,
              attachments: list, timeout_s: float | None, now: float, *,
              supervisor: bool, extra: dict | None = None) -> None:
-    """Admit an ask and deliver it. Raises BusError(terminal_child | target_backlogged |
-    too_many_asks | supervisor_busy)."""
+    """Admit an ask and deliver it. Raises BusError(ask_cycle | terminal_child |
+    target_backlogged | too_many_asks | supervisor_busy)."""
+    refuse_cycle(state, asker, target)
     if target.reply_capability == TERMINAL:
         raise BusError("terminal_child")
     backlog.check(state, target)
@@ -33,7 +35,9 @@ def open_ask(state: State, asker: Session, target: Session, ask_id: str, message
     state.asks.check_capacity(asker, supervisor, limits.max_pending_asks)
     # A per-call timeout may exceed the default; MAX_ASK_TIMEOUT_S bounds both.
     timeout_s = min(float(timeout_s) if timeout_s else limits.ask_timeout_s, MAX_ASK_TIMEOUT_S)
-    state.asks.open(Ask(ask_id, asker, target, message, now, now + timeout_s, supervisor))
+    carried = state.asks.carried if asker.broker is not None else ()
+    state.asks.open(Ask(ask_id, asker, target, message, now, now + timeout_s, supervisor,
+                        waited_by=carried))
     extra = {**(extra or {}), "timeoutS": timeout_s}
     if supervisor:
         extra["supervisor"] = True

@@ -57,6 +57,7 @@ from broker.core.kernel.bounded import RecentMap
 from broker.core.kernel.commands import Deliver, LinkSend, Send
 from broker.core.kernel.outbox import delivery
 from broker.core.kernel.state import State
+from broker.core.messaging import inbound_gate as gate
 from broker.core.sessions import backlog, connect, membership
 from broker.core.sessions.registry import Session
 
@@ -400,6 +401,10 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
     if msg_id is None:
         return membership.status(state, session, params, re, now, env)
     batch = state.receipts.by_id.get(msg_id)
+    if batch is None and state.gate.receipts:
+        held = gate.receipt(state, session, msg_id)      # held, dropped or expired
+        if held is not None:
+            return held
     if batch is None or batch.sender_id != session.id or \
             state.wall - batch.delivered_at > RECEIPT_KEEP_S:
         raise BusError("unknown_message", message_id=msg_id)
@@ -408,7 +413,10 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
         # asker's broker, over the link, as for any forwarded request).
         state.out.append(LinkSend(batch.moved_to, [envelopes.forward(session.id, env)]))
         return None
-    return receipt(batch, msg_id)
+    answer = receipt(batch, msg_id)
+    if state.gate.receipts:
+        answer.update(gate.held_fields(state, msg_id))
+    return answer
 
 
 def receipt(batch: Batch, msg_id: str) -> dict[str, Any]:

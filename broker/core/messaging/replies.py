@@ -17,6 +17,9 @@ A ``send`` that names ``replyTo`` is this same reply, addressed with ``to``.
 
 Invariant: only the asked session can settle an ask (the thread is looked up in the
 replier's own inbound table), and an ask is settled exactly once.
+
+A reply counts for the flood and loop guard of either side, and is never refused by
+it (:mod:`broker.core.sessions.guard`): the other side waits on it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from schemas.limits import PREFIX_LEN
 from broker.core.messaging.ask_table import Ask
 from broker.core.messaging import receipts
 from broker.core.messaging.delivery import deliver
+from broker.core.sessions import guard
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 
@@ -50,11 +54,13 @@ def reply(state: State, session: Session, params: dict, turn: str | None, re: st
                   "sentAt": state.wall}
         state.settle(ask.asker, ask.id, answer)
         state.stats["asks.settled"] += 1
+        guard.passed(state, session, ask.asker, now)    # counted, never refused
         return {"delivered": True, "to": ask.asker.id, "toName": ask.asker.name,
                 "replyTo": ask.id, "messageId": re}
     msg_id, sender = ordinary
     deliver(state, session.id, session.name, sender, re, message, attachments, state.wall,
             extra={"replyTo": msg_id})
+    guard.passed(state, session, sender, now)
     return {"delivered": True, "to": sender.id, "toName": sender.name,
             "replyTo": msg_id, "messageId": re}
 

@@ -27,6 +27,7 @@ from broker.core.sessions.authority import non_agent, refuse_non_agent, run_for
 from broker.core.sessions.registry import Session
 from broker.core.kernel.hooks import Hooks
 from broker.core.kernel.state import State
+from broker.core.messaging.inbound_gate import check_refuse
 from broker.core.messaging.targeting import resolve_session
 from broker.core.workflow import closed_stages as closed, held_sends as held
 from broker.core.workflow.closed_stages import ClosedStage
@@ -125,7 +126,8 @@ def resolve(state: State, caller: Session, to: str, verb: str, *,
        caller may reach (:func:`~broker.core.messaging.targeting.resolve_session`:
        ``self_target``, ``different_group``, ``ambiguous_target``,
        ``invalid_target`` ends here too), then ``non_agent_target`` for a non-agent
-       node's connection and ``target_backlogged``: the :class:`Session` when it
+       node's connection, ``inbound_refused`` for a session whose gate refuses
+       (:mod:`broker.core.messaging.inbound_gate`) and ``target_backlogged``: the :class:`Session` when it
        is connected here, a :class:`Mirror` when another broker holds it;
     2. ``non_agent_target`` when ``to`` names a known non-agent node;
     3. the last session id of a closed stage: :class:`ClosedStageHost` (as in 4.
@@ -189,6 +191,7 @@ def _named(state: State, caller: Session, to: str, ask: bool,
         return HeldSubagent(*dormant)
     if non_agent(state, session):        # a non-agent node's connection
         raise BusError("non_agent_target", to=to)
+    check_refuse(session)
     backlog.check(state, session)
     return session if session.broker is None else Mirror(session)
 

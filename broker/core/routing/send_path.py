@@ -18,7 +18,10 @@ order:
    path (each item is delivered or queued by
    :func:`broker.core.workflow.path_delivery.send`), or a dormant run's subagent (each
    item is held: :mod:`broker.core.workflow.held_sends`); a ``replyTo`` thread is no
-   target (a single send that is a reply, see :mod:`broker.core.messaging.replies`).
+   target (a single send that is a reply, see :mod:`broker.core.messaging.replies`);
+5. a sender with a flood and loop guard (:mod:`broker.core.sessions.guard`) is checked
+   once the target is a session: the loop bound refuses the whole run, the flood bound
+   the items past its quota; what is delivered counts for whichever side is guarded.
 
 Answers leave as :class:`~broker.core.kernel.commands.Answer` commands; a quiet plain
 delivery is ``ackable`` and becomes part of one ``acks`` in the final pass, any other
@@ -31,11 +34,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from schemas.attention import ACCEPT, HOLD
 from schemas.errors import BusError
 from schemas.kinds import ID_MAX
 from schemas.limits import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PROTOCOL_VERSION
 
-from broker.core.sessions import backlog
+from broker.core.sessions import backlog, guard
 from broker.core.workflow import held_sends as held
 from broker.core.kernel.commands import Answer
 from broker.core.messaging.dedup import fingerprints
@@ -76,6 +80,10 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
     # first item is admitted whenever the target is within it (as a single send is),
     # the rest while they fit (broker.core.sessions.backlog).
     room = 0
+    # Items the sender's flood guard still admits in this run (set with the target:
+    # broker.core.sessions.guard); a sender without a guard has no such bound.
+    quota = guard.UNBOUNDED
+    delivered = 0                       # items handed to ``target`` so far
     young, old = seen.generations()     # valid until the memory is written: refreshed then
     for msg_id, text, mark in zip(ids, texts, fingerprints("send", to, texts, reply_to, attachments)):
         if msg_id.__class__ is not str or not 0 < len(msg_id) <= ID_MAX:
@@ -84,19 +92,24 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
         if msg_id in young or msg_id in old or msg_id in batch:
             if msg_id in batch:      # the earlier copy is recorded before it is looked up
                 _deliver(state, sender, target, batch, batch_texts, quiet)
+                delivered += len(batch)
                 batch, batch_texts = {}, []
             _replay(state, sender, msg_id, mark, quiet)
             young, old = seen.generations()
             continue
         if quick and target is not None and text.__class__ is str and 0 < len(text) <= MAX_MESSAGE_CHARS:
             room -= (len(text) if text.isascii() else backlog.text_bytes([text])) + backlog.ITEM_BYTES
-            if room >= 0:
+            if room >= 0 and quota:
+                quota -= 1
                 batch[msg_id] = mark
                 batch_texts.append(text)
                 continue
-            # The rest of this run would take the target past its bound: it waits.
-            route_error = backlog.refusal(state, target, room)
-            backlog.latch(sender, to, msg_id, route_error, now)
+            if room >= 0:           # the sender's guard admits no more of this run
+                route_error = guard.full(state, sender, target, now)
+            else:
+                # The rest of this run would take the target past its bound: it waits.
+                route_error = backlog.refusal(state, target, room)
+                backlog.latch(sender, to, msg_id, route_error, now)
             quick = False
         try:
             _check_item(to, text, attachments)
@@ -120,7 +133,10 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
                         backlog.check_latch(sender, to, msg_id, now)
                     route = resolve(state, sender, to, "send")
                     if route.__class__ is not HeldSubagent:
-                        target = route if route.__class__ is Session else route.session
+                        found = route if route.__class__ is Session else route.session
+                        if sender.guard is not None:
+                            quota = guard.quota(state, sender, found, now)
+                        target = found
                         if batched:
                             room = backlog.room(state, target)
                 except BusError as error:
@@ -133,6 +149,8 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
             if target is None:
                 _hold(state, sender, route, msg_id, text, attachments, mark)
                 continue
+            if quota <= 0:
+                raise guard.full(state, sender, target, now)
         except BusError as error:
             if batched and error.code == "target_backlogged":
                 state.stats["refused.target_backlogged"] += 1   # a pipelined wait, not final
@@ -145,15 +163,19 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
             young, old = seen.generations()
         if text.__class__ is str:
             room -= backlog.text_bytes([text]) + backlog.ITEM_BYTES
+        quota -= 1
         batch[msg_id] = mark
         batch_texts.append(text)
     if batch:
+        delivered += len(batch)
         if batched:
             _deliver(state, sender, target, batch, batch_texts, quiet)
         else:
             (msg_id, mark), = batch.items()
             _deliver_one(state, sender, target, msg_id, batch_texts[0], mark, attachments or [],
                          quiet)
+    if delivered and (sender.guard is not None or target.guard is not None):
+        guard.passed(state, sender, target, now, delivered)
 
 
 def once(state: State, session: Session, action: str, mark: int, re: str,
@@ -239,7 +261,8 @@ def _ackable(value: Any) -> bool:
 def _deliver(state: State, sender: Session, target: Session, batch: dict[str, int],
              texts: list[str], quiet: bool) -> None:
     """Record, deliver and answer admitted plain text sends to one live target."""
-    answer = {"delivered": True, "to": target.id, "toName": target.name}
+    answer = {"delivered": True, "to": target.id, "toName": target.name} \
+        if target.inbound == ACCEPT else _gated(target)
     ids = list(batch)
     state.ids.record_delivered(ids, sender.id, list(batch.values()), answer)
     deliver_texts(state, sender, target, ids, texts)
@@ -249,7 +272,16 @@ def _deliver(state: State, sender: Session, target: Session, batch: dict[str, in
 def _deliver_one(state: State, sender: Session, target: Session, msg_id: str, text: str,
                  mark: int, attachments: list, quiet: bool) -> None:
     """A single send with attachments (a ``msg``, not a ``msgs``)."""
-    answer = {"delivered": True, "to": target.id, "toName": target.name, "messageId": msg_id}
+    answer = {"delivered": True, "to": target.id, "toName": target.name, "messageId": msg_id} \
+        if target.inbound == ACCEPT else {**_gated(target), "messageId": msg_id}
     state.ids.record(msg_id, sender.id, mark, answer)
     deliver(state, sender.id, sender.name, target, msg_id, text, attachments, state.wall)
     state.out.append(Answer(sender.identity, [msg_id], answer, quiet, True))
+
+
+def _gated(target: Session) -> dict[str, Any]:
+    """The answer of a send to a target whose inbound gate holds messages: ``held``
+    (a mirror's gate is its broker's: the row's policy says what it will do)."""
+    if target.inbound == HOLD:
+        return {"delivered": False, "held": True, "to": target.id, "toName": target.name}
+    return {"delivered": True, "to": target.id, "toName": target.name}

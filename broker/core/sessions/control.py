@@ -51,10 +51,10 @@ from broker.core.sessions.authority import check_claimed
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 
-CONTROL_KINDS = frozenset({"call", "sessions", "overview", "stats", "end_run", "hb", "bye"})
+CONTROL_KINDS = frozenset({"call", "sessions", "overview", "stats", "end_run", "inbound", "hb", "bye"})
 OWN_ACTIONS = frozenset(CONTROL_ACTIONS)          # of ``call``, as itself
 ACTS_FOR = frozenset(ACTING_ACTIONS)              # of ``call``, for the session it acts for
-_NOT_FOR_CONTROL = ("agent", "channel", "stage", "parent", "grant")
+_NOT_FOR_CONTROL = ("agent", "channel", "stage", "parent", "grant", "inbound")
 
 
 def check_request(kind: str, env: dict[str, Any]) -> None:

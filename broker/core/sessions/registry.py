@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from schemas.attention import ACCEPT
 from schemas.limits import PREFIX_LEN
 from schemas.names import CONTROL, IDLE, INTERACTIVE, LIVE, run_of_group
 
@@ -80,6 +81,13 @@ class Session:
     kept_read: int = 0
     unseen_bytes: int = 0
     serial: int = 0                         # the registry's count when it was added
+    # How messages reach the agent behind it, and its inbound gate (schemas.attention;
+    # broker.core.messaging.inbound_gate): both are in its row.
+    capabilities: dict | None = None
+    inbound: str = ACCEPT
+    # Its flood and loop guard (broker.core.sessions.guard.GuardSettings); None: off.
+    # A mirror's is its own broker's business: None here.
+    guard: Any = None
     # A control connection's: the session it acts for, and the broker's operator (acting)
     acts_for: str | None = None
     acts_for_token: str | None = None
@@ -122,6 +130,9 @@ class Session:
             row["atomicSessionId"] = self.atomic_session_id
         if self.stage:
             row["stage"] = self.stage
+        if self.capabilities is not None:
+            row["capabilities"] = self.capabilities
+        row["inbound"] = self.inbound
         return row
 
 

@@ -8,6 +8,7 @@
 
 import { homedir } from "node:os";
 import { join } from "node:path";
+import { INBOUND_POLICIES } from "./attention.js";
 import { GRACE_S, listeningFirst, problem } from "./reach.js";
 import { LIMITS, SESSION_KINDS } from "./schemas.js";
 import { ConnectError, Session } from "./session.js";
@@ -64,7 +65,12 @@ export class Client {
    * keepUntil ("read", the default: the broker may forget a live message sent to this
    * session once this client has it; "seen": once the program took it, with receive()
    * or, for "seen", an explicit markSeen(); until then it is sent again when the session
-   * comes back after a blip, a failover or a restart with the same identity).
+   * comes back after a blip, a failover or a restart with the same identity),
+   * capabilities ({push, hooks, steer, host}: how a message reaches the program behind
+   * this session, shown in list rows; host defaults to "node"), inbound (the gate for
+   * messages from other sessions: "accept", "hold" or "refuse"), guard (the flood and
+   * loop guard on this session's sends: true for the defaults, or {perMinute, exchanges,
+   * pauseS}, 0 turning one bound off; off unless given: see PROTOCOL.md, The guard).
    * Throws ConnectError (`code`: no_broker, invalid_endpoint, broker_unavailable,
    * auth_failed, grant_required, invalid_grant, ...) and TypeError for a bad kind or
    * keepUntil, or incomplete CURVE keys. */
@@ -72,6 +78,9 @@ export class Client {
     const { name, endpoint = null, kind = "interactive", timeout = LIMITS.CALL_TIMEOUT_S, identity = null,
       curveServerKey = null, curvePublicKey = null, curveSecretKey = null, cwd = null, keepUntil = "read" } = options;
     if (!KEEP_UNTIL.includes(keepUntil)) throw new TypeError("keepUntil must be 'read' or 'seen'");
+    if (options.inbound != null && !INBOUND_POLICIES.includes(options.inbound)) {
+      throw new TypeError(`inbound must be one of ${INBOUND_POLICIES.join(", ")}`);
+    }
     if (!SESSION_KINDS.includes(kind)) throw new TypeError(`kind must be one of ${SESSION_KINDS.join(", ")}`);
     let { parent = null, sessionId = null, atomicSessionId = null } = options;
     if (parent instanceof Session) parent = parent.id;

@@ -16,13 +16,15 @@ export type Success<T extends object = {}> = { ok: true } & T & OtherFields;
 
 /** A refusal: a stable `code` (docs/errors.md, or the keys of ERRORS) and its text.
  * Redirects (run_elsewhere, run_moving) add `endpoint`; target_not_found may add
- * `lastSeenAt`. */
+ * `lastSeenAt`; the guard's flood_guard and loop_guard add `retryAfterS`. */
 export interface Failure extends OtherFields {
   ok: false;
   code: string;
   error: string;
   endpoint?: string;
   lastSeenAt?: number;
+  /** Seconds until a send to that session may pass again. */
+  retryAfterS?: number;
 }
 
 /** What every Session call resolves to; it never rejects for a bad call. */
@@ -129,6 +131,68 @@ export interface ConnectOptions {
   confirm?: ((params: IntercomParams) => boolean | Promise<boolean>) | null;
   /** Default "read"; anything else throws TypeError. */
   keepUntil?: KeepUntil;
+  /** How a message reaches the program behind this session, shown in list rows
+   * (host defaults to "node"). */
+  capabilities?: Capabilities | null;
+  /** The gate for messages from other sessions (default "accept"). */
+  inbound?: InboundPolicy | null;
+  /** The flood and loop guard on this session's sends: true (the defaults) or the
+   * bounds to change (0 turns one off); off when absent. Refusals: flood_guard,
+   * loop_guard, with retryAfterS. */
+  guard?: boolean | GuardBounds | null;
+}
+
+/** The guard's bounds (defaults 30, 20, 120). */
+export interface GuardBounds {
+  /** Messages to one session in any 60 s. */
+  perMinute?: number;
+  /** Turns of direction with one session with no person's input or pause between. */
+  exchanges?: number;
+  /** Seconds with no message between the two that start the turns again. */
+  pauseS?: number;
+}
+
+export type InboundPolicy = "accept" | "hold" | "refuse";
+
+/** How a message reaches the program or model behind a session. */
+export interface Capabilities {
+  /** Its host is pushed to (a channel notification, a receive loop). */
+  push?: boolean;
+  /** A host hook took its mail recently: a turn that ends does not leave mail unseen. */
+  hooks?: boolean;
+  /** It receives mid-turn (every tool result carries its inbox). */
+  steer?: boolean;
+  /** mcp, python, node, or the runtime's own name. */
+  host?: string;
+}
+
+/** One message held by a session's gate. */
+export interface HeldMessage extends OtherFields {
+  messageId: string;
+  from: string;
+  fromName: string;
+  sentAt: number;
+  heldAt: number;
+  expiresAt: number;
+  expectsReply: boolean;
+  chars: number;
+  attachments: number;
+  preview: string;
+}
+
+export interface HeldAnswer extends OtherFields {
+  policy: InboundPolicy;
+  held: HeldMessage[];
+}
+
+/** A held message was settled (by a person, or by its expiry). */
+export interface HeldSettledEvent extends OtherFields {
+  event: "held_settled";
+  messageId: string;
+  to: string;
+  toName: string;
+  outcome: "released" | "dropped" | "expired";
+  at: number;
 }
 
 // -- what comes out --------------------------------------------------------------------------
@@ -460,6 +524,16 @@ export declare class Session {
   /** The program has message `messageId` and every one received before it (for
    * keepUntil "seen"). Anything but a non-empty string is ignored. */
   markSeen(messageId: string): void;
+  /** Change what this session's row says about how it is reached (fire and forget). */
+  updateCapabilities(changes: Capabilities): void;
+  /** Set the inbound gate. */
+  setInbound(policy: InboundPolicy): Promise<Result<{ policy: InboundPolicy; held: number }>>;
+  /** The messages the gate holds, oldest first. */
+  heldMessages(): Promise<Result<HeldAnswer>>;
+  /** Deliver a held message (or every one with {all: true}). */
+  releaseHeld(messageId?: string | null, options?: { all?: boolean }): Promise<Result<{ released: string[]; held: number }>>;
+  /** Drop a held message (or every one with {all: true}); its sender is told. */
+  dropHeld(messageId?: string | null, options?: { all?: boolean }): Promise<Result<{ dropped: string[]; held: number }>>;
   /** Pipelined send: many share frames. A live delivery resolves to {ok: true,
    * delivered: true, ...}; parameters are checked by the broker. */
   sendNowait(to: string, message: string, attachments?: Attachment[] | null): Promise<Result<SendAnswer>>;

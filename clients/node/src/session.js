@@ -7,6 +7,7 @@
 // no session to report through.
 
 import { randomBytes, randomUUID } from "node:crypto";
+import { INBOUND_POLICIES, cleanCapabilities } from "./attention.js";
 import { errorReply, errorText } from "./errors.js";
 import { History, IDENTITY, RECEIVED, SENT } from "./history.js";
 import { DEFAULT_LIMIT_BYTES, Inbox, Waitable } from "./inbox.js";
@@ -78,7 +79,8 @@ export class Session {
       parent = null, sessionId = null, token = null, stage = null, transcript = null,
       notifyUndeliverable = true, grant = null, history = null, curve = null,
       inboxLimitBytes = DEFAULT_LIMIT_BYTES, channel = null, persistent = true, cwd = null,
-      config = {}, confirm = null, keepUntil = "read" } = options;
+      config = {}, confirm = null, keepUntil = "read", capabilities = null, inbound = null,
+      guard = null } = options;
     this.name = name;
     this.endpoint = endpoints[0];
     this.kind = kind;
@@ -100,6 +102,13 @@ export class Session {
     // "seen": the broker keeps each message until markSeen() says the program has it;
     // "read": receive() says it.
     this.keepUntil = keepUntil;
+    // How messages reach the program behind this session (shown in list rows), and its
+    // inbound gate (accept, hold, refuse): stated in every hello.
+    this.capabilities = kind === "control" ? null : cleanCapabilities({ host: "node", ...(capabilities ?? {}) });
+    this.inbound = inbound;
+    // The flood and loop guard on this session's sends (true, or {perMinute, exchanges,
+    // pauseS}); off unless asked for.
+    this.guard = guard || null;
     this.id = sessionId;
     this.token = token; // the reclaim secret of `id`
     // The same in every hello of this object (its reconnects), different in any other.
@@ -146,6 +155,7 @@ export class Session {
       keepUntil: this.keepUntil !== "read" ? this.keepUntil : null, grant: this.grant,
       channel: this.channelAsked, persistent: this.persistent, cwd: this.cwd, instance: this.instance,
       attempt: (this.attempt = Math.max(this.attempt + 1, Date.now())),
+      capabilities: this.capabilities, inbound: this.inbound, guard: this.guard,
     };
     if (this.id !== null) Object.assign(fields, { sessionId: this.id, token: this.token });
     if (this.homeGroup !== null) {
@@ -216,7 +226,13 @@ export class Session {
 
   onInbound(msgs, events) {
     if (msgs.length) this.inbox.putAll(msgs);
-    if (events.length) this.events.putAll(events);
+    if (events.length) {
+      for (const event of events) {
+        // The person at the terminal set the gate: the next hello states it again.
+        if (event.event === "inbound_changed" && INBOUND_POLICIES.includes(event.policy)) this.inbound = event.policy;
+      }
+      this.events.putAll(events);
+    }
   }
 
   get connected() {
@@ -443,6 +459,42 @@ export class Session {
     if (typeof messageId === "string" && messageId && !this.closed) this.transport.saw(messageId);
   }
 
+  /** Change what this session's list row says about how it is reached (push, hooks,
+   * steer: booleans; host: text). Fire and forget; a reconnect states the new set. */
+  updateCapabilities(changes = {}) {
+    const merged = cleanCapabilities({ ...(this.capabilities ?? {}), ...changes });
+    if (JSON.stringify(merged) === JSON.stringify(this.capabilities)) return;
+    this.capabilities = merged;
+    if (this.connected) this.transport.post(envelope("status", { capabilities: merged }));
+  }
+
+  /** Set the inbound gate: "accept", "hold" (messages from other sessions wait for a
+   * person to release or drop them) or "refuse". Answers {ok, policy, held}. */
+  async setInbound(policy) {
+    if (!INBOUND_POLICIES.includes(policy)) {
+      return errorReply("invalid_params", { detail: `policy must be one of ${INBOUND_POLICIES.join(", ")}` });
+    }
+    const result = await this.call("inbound", { op: "policy", policy });
+    if (result.ok) this.inbound = policy;
+    return result;
+  }
+
+  /** The held messages: {ok, policy, held: [{messageId, from, fromName, sentAt, heldAt,
+   * expiresAt, expectsReply, preview, ...}]}, oldest first. */
+  heldMessages() {
+    return this.call("inbound", { op: "held" });
+  }
+
+  /** Deliver a held message (messageId, or {all: true}); its sender hears released. */
+  releaseHeld(messageId, options = {}) {
+    return settleHeld(this, "release", messageId, options);
+  }
+
+  /** Drop a held message (messageId, or {all: true}); its sender hears dropped. */
+  dropHeld(messageId, options = {}) {
+    return settleHeld(this, "drop", messageId, options);
+  }
+
   /** What became of a message this session sent (its `messageId`): `state` is
    * delivered (handed to the receiver's connection), read (its client has it), seen
    * (handed to its program or model), replied or undelivered (`reason`: session_ended,
@@ -477,4 +529,13 @@ export class Session {
     if (typeof status !== "string") return Promise.resolve(errorReply("invalid_status"));
     return this.call("status", { status });
   }
+}
+
+/** Release or drop one held message of `session`'s gate, or every one ({all: true}). */
+function settleHeld(session, op, messageId, { all = false } = {}) {
+  if (all) return session.call("inbound", { op, all: true });
+  if (typeof messageId !== "string" || !messageId) {
+    return Promise.resolve(errorReply("invalid_params", { detail: "give a messageId, or {all: true}" }));
+  }
+  return session.call("inbound", { op, messageId });
 }
