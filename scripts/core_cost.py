@@ -64,19 +64,19 @@ def ask_loop(n: int, warm: int, rounds: int, profile: int) -> list[float]:
     now = 1000.0
     hello(engine, "asker", now)
     responder = hello(engine, "responder", now)
-    receive, wrote = engine.receive, engine.wrote
+    handle, frame, written = engine.handle, inputs.Frame, inputs.Wrote
     counts = {b"asker": 200, b"responder": 200}
     serial = itertools.count()
 
     def one() -> None:
         i = next(serial)
         ask_id, reply_id = f"a{i}", f"r{i}"
-        receive(b"asker", envelope("call", id=ask_id, action="ask", to=responder,
-                                   message="ping"), now)
-        wrote(counts, now)
-        receive(b"responder", envelope("call", id=reply_id, action="reply", replyTo=ask_id,
-                                       message="pong"), now)
-        wrote(counts, now)
+        handle(frame(b"asker", [envelope("call", id=ask_id, action="ask", to=responder,
+                                         message="ping")], now))
+        handle(written(counts, now))
+        handle(frame(b"responder", [envelope("call", id=reply_id, action="reply",
+                                             replyTo=ask_id, message="pong")], now))
+        handle(written(counts, now))
 
     for _ in range(warm):
         one()

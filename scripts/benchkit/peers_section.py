@@ -2,14 +2,16 @@
 
 NATS is what people hold this bus against, so this section runs the same workloads
 on nats-server with nats-py clients (in a separate venv, see
-:mod:`benchkit.nats_roles`; never a runtime dependency) and on our broker with our
-client, interleaved in one run, and prints the ratios with the goals of issue 20:
+:mod:`benchkit.nats_roles`; never a runtime dependency), on the bare pyzmq relay (a
+Python ROUTER forwarding by a msgpack ``to``, plain DEALER clients: what a Python
+relay costs at least) and on our broker with our client, interleaved in one run, and
+prints the ratios with the goals of issue 35:
 
 * pipelined send, 1 producer and 4 producers to one consumer (msg/s, every message
   counted at the consumer; ours with the broker's default backlog bound, as users run
-  it, so any refusal shows): ours >= 2x NATS;
-* ask round trip p50 (NATS request/reply): ours <= 0.75x, and ours p99 <= 3x ours p50;
-* broker CPU per ask (nats-server's CPU, all threads): ours <= 150 us;
+  it, so any refusal shows): ours >= 1.5x NATS;
+* ask round trip p50 (NATS request/reply): ours <= NATS, and ours p99 <= 3x ours p50;
+* broker CPU per ask: ours <= 1.5x the bare relay's (nats-server's shown beside);
 * client CPU per ask, asker + responder: ours <= nats-py's;
 * durable confirmed: ours counts ``queued`` answers (sent after the SQLite commit);
   NATS counts JetStream acks with ``sync_interval: always``, published with
@@ -187,6 +189,7 @@ def section_peers(h: Harness, cfg: Config, results: Results) -> None:
           f"+ {warm:,} warm-up {PEER_TEXT}-character messages per send run, {cfg.ask_n:,} "
           f"asks, {cfg.durable_count:,} durable; {cfg.repeats} repeat(s)", flush=True)
     server, url = start_nats(h, venv)
+    fwd, raw_ep = h.start_forwarder()          # the bare pyzmq relay
     broker, ep = h.start_broker(None, bounds=PEER_BOUNDS)
     runs: dict[str, list[dict]] = {}
 
@@ -204,6 +207,9 @@ def section_peers(h: Harness, cfg: Config, results: Results) -> None:
                           keep(f"bus_send{n}", bus_send(h, broker, ep, n, count, warm, cfg)))
             _log_ask(f"[{rep + 1}] NATS request/reply",
                      keep("nats_ask", nats_ask(h, venv, server, url, cfg)))
+            _log_ask(f"[{rep + 1}] bare pyzmq relay ask/reply",
+                     keep("raw_ask", measure_ask(h, fwd, "raw_ask_responder", "raw_ask_probe",
+                                                 cfg, endpoint=raw_ep.router)))
             _log_ask(f"[{rep + 1}] ours ask/reply",
                      keep("bus_ask", measure_ask(h, broker, "bus_ask_responder",
                                                  "bus_ask_probe", cfg, endpoint=ep.router)))
@@ -215,6 +221,7 @@ def section_peers(h: Harness, cfg: Config, results: Results) -> None:
                   f"{'  REFUSED ' + str(ours['not_ok']) if ours['not_ok'] else ''}", flush=True)
     finally:
         h.stop(broker, timeout=30)
+        h.stop(fwd)
         h.stop(server)
     results.extra["peers"] = runs
     add_peer_rows(results, runs, cfg)
@@ -225,14 +232,14 @@ def add_peer_rows(results: Results, runs: dict[str, list[dict]], cfg: Config) ->
         refused = [_refused(r) for r in runs[f"bus_send{n}"]]
         results.add(Row("peers", f"pipelined send, {n} producer(s)", "msg/s",
                         [_rate(r) for r in runs[f"bus_send{n}"]],
-                        [_rate(r) for r in runs[f"nats_send{n}"]], target=2.0,
+                        [_rate(r) for r in runs[f"nats_send{n}"]], target=1.5,
                         base_label="NATS core publish (nats-py), one consumer"
                         if n == cfg.senders[0] else "",
                         note=f"refused by ours: {refused}" if any(refused) else
                         "no refusals; a run not delivered whole counts 0"))
     bus, nats = runs["bus_ask"], runs["nats_ask"]
     results.add(Row("peers", "ask round trip p50", "us", [r["p50_us"] for r in bus],
-                    [r["p50_us"] for r in nats], target_max=0.75,
+                    [r["p50_us"] for r in nats], target_max=1.0,
                     base_label="NATS request/reply (nats-py)"))
     results.add(Row("peers", "ask round trip p99", "us", [r["p99_us"] for r in bus],
                     [r["p99_us"] for r in nats]))
@@ -241,7 +248,17 @@ def add_peer_rows(results: Results, runs: dict[str, list[dict]], cfg: Config) ->
                     base_label="ours p50 (the tail goal is within one run)"))
     results.add(Row("peers", "broker CPU per ask", "us/ask",
                     [r["cpu_us"]["router"] for r in bus], [r["cpu_us"]["router"] for r in nats],
-                    base_label="nats-server (all threads)", note="goal: ours <= 150 us/ask"))
+                    base_label="nats-server (all threads)"))
+    raw = runs["raw_ask"]
+    results.add(Row("peers", "broker CPU per ask vs the bare relay", "us/ask",
+                    [r["cpu_us"]["router"] for r in bus], [r["cpu_us"]["router"] for r in raw],
+                    target_max=1.5, base_label="bare pyzmq ROUTER relay (forwards by a "
+                    "msgpack `to`), plain DEALER asker and responder"))
+    results.add(Row("peers", "ask round trip p50 vs the bare relay", "us",
+                    [r["p50_us"] for r in bus], [r["p50_us"] for r in raw]))
+    results.add(Row("peers", "client CPU per ask vs the bare relay's", "us/ask",
+                    [r["cpu_us"]["asker"] + r["cpu_us"]["responder"] for r in bus],
+                    [r["cpu_us"]["asker"] + r["cpu_us"]["responder"] for r in raw]))
     results.add(Row("peers", "client CPU per ask (asker + responder)", "us/ask",
                     [r["cpu_us"]["asker"] + r["cpu_us"]["responder"] for r in bus],
                     [r["cpu_us"]["asker"] + r["cpu_us"]["responder"] for r in nats],
