@@ -13,7 +13,8 @@ from .cli_helpers import run_cli
 from .conftest import drain_events, unique
 
 COMMANDS = ("list", "groups", "status", "sessions", "runs", "send", "ask", "reply", "pending",
-            "join", "leave", "end-run", "tail", "mcp")
+            "join", "leave", "end-run", "tail", "mcp", "hook", "inbound", "held", "release",
+            "drop")
 
 
 def cli(bus, home, *args: str, **kwargs):
@@ -138,7 +139,8 @@ def test_join_and_leave_change_the_named_sessions_memberships_and_its_client_fol
 
 
 @pytest.mark.parametrize("command, args", [("pending", []), ("reply", ["hi"]), ("join", ["g"]),
-                                           ("leave", [])])
+                                           ("leave", []), ("inbound", ["--policy", "hold"]),
+                                           ("held", []), ("release", ["m1"]), ("drop", ["--all"])])
 def test_acting_for_a_session_without_identity_is_a_usage_error(bus, tmp_path, command, args):
     ran = cli(bus, tmp_path, command, *args)
     assert ran.code == 2 and "--identity" in ran.err and len(ran.err.splitlines()) == 1, ran
