@@ -7,6 +7,10 @@ from __future__ import annotations
 import re
 import threading
 
+import pytest
+
+from tests.integration.multi_broker import others_live, sees, shared_cluster, wait_until
+
 from .cli_helpers import run_cli
 from .conftest import drain_events
 
@@ -145,3 +149,33 @@ def _wait_held(session, count: int) -> list[dict]:
             return held
         session.receive(timeout=0.05)
     raise AssertionError(f"fewer than {count} held")
+
+
+# -- across brokers ----------------------------------------------------------------------
+
+_two_brokers, two = shared_cluster("two", 2)
+
+
+@pytest.mark.timeout(90)
+def test_across_brokers_the_row_tells_the_gate_and_a_held_message_is_settled_where_it_waits(two):
+    alice = two.connect(0, "alice", group=two.group, capabilities={"push": True})
+    bob = two.connect(1, "bob", group=two.group, inbound="hold")
+    for session, other in ((alice, "bob"), (bob, "alice")):
+        wait_until(lambda: others_live(session) == 1, 15, "the brokers count each other")
+        wait_until(lambda: sees(session, other), 15, f"{session.name} lists {other}")
+    wait_until(lambda: row_of(bob, alice).get("inbound") == "hold", 15, "alice sees bob's gate")
+    assert row_of(alice, bob)["capabilities"] == {"push": True, "host": "python"}
+    sent = alice.intercom(action="send", to="bob", message="across")
+    assert sent["ok"] and sent["held"] is True, sent
+    assert alice.receipt(sent["messageId"])["state"] == "held"
+    assert bob.release_held(sent["messageId"])["released"] == [sent["messageId"]]
+    assert bob.receive(timeout=10)["message"] == "across"
+    event = None
+    for _ in range(50):
+        event = alice.next_event(timeout=0.2)
+        if event is not None and event.get("event") == "held_settled":
+            break
+    assert event is not None and event["outcome"] == "released", event
+    assert bob.set_inbound("refuse")["ok"]
+    wait_until(lambda: row_of(bob, alice).get("inbound") == "refuse", 15, "the row follows")
+    assert alice.intercom(action="send", to="bob", message="no")["code"] == "inbound_refused"
