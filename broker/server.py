@@ -212,6 +212,9 @@ class Broker:
         worker = self.worker
         trim = MemoryTrim()
         monotonic, wall_clock = time.monotonic, time.time
+        # Every frame that reached the router before this moment has been read: the
+        # liveness sweep measures silence up to here (inputs.Tick.heard_until).
+        heard_until = monotonic()
         while not self._stopping:
             # Deadlines and liveness run on the monotonic clock: a wall-clock step
             # moves neither. The wall clock is read once a round for what people read.
@@ -245,11 +248,13 @@ class Broker:
             # is at least now, so it runs next round at the latest (no wait then).
             if now >= deadline and backlog and slept:
                 backlog = bool(router_events(_EVENTS) & _POLLIN)   # heartbeats count first
+            if not backlog:
+                heard_until = now         # nothing was left waiting when the round looked
             if now >= deadline and (not backlog or now - last_tick >= MAX_POLL_S * 2):
                 # Normally only with the input drained: heartbeats still queued in the
                 # socket must count before anyone is declared silent. Under a flood
                 # that never drains, timers still run once a second.
-                commands.extend(engine.handle(inputs.Tick(now, wall)))
+                commands.extend(engine.handle(inputs.Tick(now, wall, heard_until)))
                 last_tick = now
             if self._reload:
                 self._reload = False

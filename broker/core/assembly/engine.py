@@ -262,12 +262,21 @@ class Engine:
         self.state.out.append(Answer(bad.identity, [None], bad.error))
         return self._flush()
 
-    def _expire_silent(self, now: float, most: int | None) -> bool:
+    def _expire_silent(self, now: float, most: int | None,
+                       heard_until: float | None = None) -> bool:
         """Let go of local sessions silent past the liveness window (at most ``most``);
         False when more are left. A mirror's liveness is its broker's link
-        (broker.core.cluster.links), not its own."""
+        (broker.core.cluster.links), not its own.
+
+        Silence is measured up to ``heard_until``, the moment before which the shell
+        has read everything (a mass departure's round may leave the heartbeats of
+        healthy sessions queued): a heartbeat sent in time is never lost to the
+        broker's own backlog. A backlog that never drains (a flood) holds expiry back
+        by one liveness window at most."""
         state = self.state
-        cutoff = now - state.limits.liveness_s
+        liveness = state.limits.liveness_s
+        heard = now if heard_until is None else min(now, max(heard_until, now - liveness))
+        cutoff = heard - liveness
         silent = [s for s in state.registry.by_id.values()
                   if s.last_seen_at < cutoff and s.broker is None]
         for session in silent[:most]:
@@ -285,7 +294,7 @@ class Engine:
         state, now = self.state, self._at(tick)
         if now >= self._next_sweep_at:
             self._next_sweep_at = now + SWEEP_INTERVAL_S
-            if not self._expire_silent(now, EXPIRE_PER_SWEEP):
+            if not self._expire_silent(now, EXPIRE_PER_SWEEP, tick.heard_until):
                 self._next_sweep_at = now    # more to do: come back next round
             hosting.expire_leases(state)
         lease = self.lease_clock.due(now)

@@ -42,10 +42,14 @@ class BadFrame:
 
 
 class Tick(NamedTuple):
-    """The clock reached ``now`` (see ``Engine.next_deadline``)."""
+    """The clock reached ``now`` (see ``Engine.next_deadline``). ``heard_until``: the
+    shell has read every frame that reached it before this moment (None: all until
+    ``now``). A heartbeat still queued in the socket counts as heard: a session is
+    silent only measured from there (see ``Engine._expire_silent``)."""
 
     now: float
     wall: float | None = None
+    heard_until: float | None = None
 
 
 class Wrote(NamedTuple):
