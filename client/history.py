@@ -44,10 +44,8 @@ class History:
         self._sink = sink
         self._path = Path(path).expanduser() if path is not None else None
         self._lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return self._sink is not None or self._path is not None
+        # Whether entries go anywhere: callers skip building them when not (hot paths).
+        self.enabled = sink is not None or path is not None
 
     def record(self, kind: str, **fields: Any) -> None:
         if not self.enabled:

@@ -120,8 +120,8 @@ class Inbox(Waitable):
         self._added = 0                   # filling side only
         self._removed = 0                 # under _count_lock: takers race
         self._count_lock = threading.Lock()
-        self._on_take = on_take
-        self._young: set[str] = set()     # ids put lately (see _fresh)
+        self.on_take = on_take            # may be set once the transport exists
+        self._young: set[str] = set()     # ids put lately (see put_all)
         self._old: set[str] = set()
         self.duplicates_dropped = 0
 
@@ -130,16 +130,25 @@ class Inbox(Waitable):
         return self._added - self._removed
 
     def put_all(self, items: list[dict]) -> None:
-        young, old = self._young, self._old
-        ids = [msg.get("id") for msg in items]
         # Copies may come in one batch too (a broker that read two copies of an entry
-        # back from its store hands both to a starting stage at once).
-        if len(set(ids)) != len(ids) or any(i in young or i in old for i in ids):
-            items = [msg for msg in items if self._fresh(msg.get("id"))]
-        else:
-            self._remember(ids)
-        self._added += sum(map(message_size, items))
-        super().put_all(items)
+        # back from its store hands both to a starting stage at once): each id is
+        # remembered as it is put, so the second copy is dropped like a later one.
+        # Two generations of sets: between RECENT_IDS/2 and RECENT_IDS of the newest
+        # ids are remembered, at O(1) each (popping a dict's oldest key is not).
+        young, old = self._young, self._old
+        fresh = []
+        for msg in items:
+            msg_id = msg.get("id")
+            if msg_id in young or msg_id in old:
+                self.duplicates_dropped += 1
+                continue
+            young.add(msg_id)
+            if len(young) >= RECENT_IDS // 2:
+                old, young = young, set()
+                self._old, self._young = old, young
+            fresh.append(msg)
+        self._added += sum(map(message_size, fresh))
+        super().put_all(fresh)
 
     def take(self, timeout: float | None,
              serve: Callable[[Callable[[], int], float | None], bool] | None = None) -> dict | None:
@@ -149,22 +158,6 @@ class Inbox(Waitable):
             size = message_size(msg)
             with self._count_lock:
                 self._removed += size
-            if self._on_take is not None:
-                self._on_take()
+            if self.on_take is not None:
+                self.on_take()
         return msg
-
-    def _fresh(self, msg_id: object) -> bool:
-        """True the first time ``msg_id`` is put (and remembers it)."""
-        if msg_id in self._young or msg_id in self._old:
-            self.duplicates_dropped += 1
-            return False
-        self._remember([msg_id])
-        return True
-
-    def _remember(self, ids: list) -> None:
-        """Two generations of sets: between RECENT_IDS/2 and RECENT_IDS of the newest
-        ids are remembered, at O(1) each (popping a dict's oldest key is not)."""
-        young = self._young
-        young.update(ids)
-        if len(young) >= RECENT_IDS // 2:
-            self._old, self._young = young, set()

@@ -297,7 +297,7 @@ class ClientProtocol:
     def next_due(self) -> float | None:
         """The monotonic time held sends may go again, if any (the driver's timers
         must run then, not only every TIMER_INTERVAL_S)."""
-        return self._holds.next_due()
+        return self._holds.next_due() if self._holds.held else None
 
     @property
     def timer_interval_s(self) -> float:

@@ -74,7 +74,8 @@ UNANSWERABLE = ("\n\nIts sender cannot be answered: it came from a command line 
 def render_body(msg: dict, reply_hint: bool = True) -> str:
     """The agent-visible body of an inbound message."""
     get = msg.get
-    if not get("attachments") and not get("expectsReply") and not get("replyTo") \
+    attachments, expects_reply = get("attachments"), get("expectsReply")
+    if not attachments and not expects_reply and not get("replyTo") \
             and not get("receivedBeforeStart") and get("replyable") is not False:
         key = (get("fromName"), get("from"), get("sentAt"), reply_hint)
         try:
@@ -90,13 +91,12 @@ def render_body(msg: dict, reply_hint: bool = True) -> str:
     if get("receivedBeforeStart"):
         header = f"Messages received before you started\n{header}"
     text = f"{header}\nSent: {_stamp(get('sentAt'))}\n\n{get('message', '')}"
-    attachments = get("attachments")
     if attachments:
         text = f"{text}\n\n{render_attachments(attachments)}"
-    if get("replyable") is False and not get("expectsReply"):
+    if not expects_reply and get("replyable") is False:
         text += UNANSWERABLE
     elif reply_hint:
-        if get("expectsReply"):
+        if expects_reply:
             text += (f'\n\nThey are waiting for your answer: intercom({{action: "reply", '
                      f'replyTo: "{get("id")}", message: "..."}})')
         elif not get("replyTo"):

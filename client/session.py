@@ -127,7 +127,8 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods, AttentionMet
         self.groups: list[str] = []
         self.parent_id: str | None = None
         # msg envelopes as they came (v and k still in); a take may let reading resume
-        self._inbox = Inbox(on_take=lambda: self._transport.room_made())
+        # (on_take, set once the transport is made)
+        self._inbox = Inbox()
         self._events = Waitable()
         # Pipelined sends get cheap ids: a random prefix of this session (96 bits from
         # urandom) and a counter, so they are unique without a UUID each. They are
@@ -143,6 +144,7 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods, AttentionMet
         self._lock = threading.Lock()
         self._transport = Transport(endpoint, self._on_inbound, self._hello, self._on_welcome,
                                     curve, lambda: self._inbox.size, inbox_limit_bytes)
+        self._inbox.on_take = self._transport.room_made
 
     # -- connection ------------------------------------------------------------------
 
@@ -393,7 +395,8 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods, AttentionMet
             if self._transport.reading_paused:
                 return self._inbox_full()
             return error_reply("broker_unavailable", timeout_s=timeout)
-        if kind in _SENT_KINDS and fields.get("action", "ask") in _SENT_ACTIONS and result.get("ok"):
+        if self._history.enabled and kind in _SENT_KINDS and \
+                fields.get("action", "ask") in _SENT_ACTIONS and result.get("ok"):
             self._history.record(SENT, action="contact_supervisor" if kind == "supervisor"
                                  else fields["action"], to=fields.get("to"),
                                  message=fields.get("message"), replyTo=fields.get("replyTo"),
