@@ -1,7 +1,9 @@
 """A session's attention: how its messages reach the agent, and who may reach it.
 
 Mixed into :class:`client.session.Session` (see :mod:`schemas.attention` for the
-fields): :meth:`update_capabilities` changes what its list row says (the next hello
+fields): :meth:`mark_seen` says what the program or model has taken,
+:meth:`receipt` reads what became of a message this session sent,
+:meth:`update_capabilities` changes what its list row says (the next hello
 states the new set again), :meth:`human_input` tells the broker a person gave the
 session input (the loop guard starts counting again), and the inbound gate
 (:meth:`set_inbound`, :meth:`held_messages`, :meth:`release_held`,
@@ -31,6 +33,7 @@ def changed_inbound(events: list[dict]) -> str | None:
 
 class AttentionMethods:
     _capabilities: dict[str, Any]
+    _inbound: str | None
 
     def update_capabilities(self, **changes: Any) -> None:
         """Change what this session's list row says about how it is reached
@@ -79,3 +82,24 @@ class AttentionMethods:
         if not isinstance(message_id, str) or not message_id:
             return error_reply("invalid_params", detail="give a messageId, or all=True")
         return self._call("inbound", {"op": op, "messageId": message_id})
+
+    # -- receipts: what became of what this session sent, and what its program saw --
+
+    def mark_seen(self, message_id: str) -> None:
+        """The program or model has message ``message_id`` and every message received
+        before it (for ``keep_until="seen"``: until then the broker keeps them for this
+        session's next connection or process). :meth:`receive` says it by itself
+        otherwise."""
+        self._transport.saw(message_id)
+
+    def receipt(self, message_id: str) -> dict[str, Any]:
+        """What became of a message this session sent (its ``messageId``): ``state`` is
+        ``delivered`` (handed to the receiver's connection), ``read`` (its client has
+        it), ``seen`` (handed to its program or model), ``replied`` or ``undelivered``
+        (``reason``: ``session_ended``, ``bound_reached`` or ``never_seen``), with the
+        time each was reached (``deliveredAt``, ``readAt``, ``seenAt``, ``repliedAt``,
+        ``undeliveredAt``; None until then). A message that was queued for a stage,
+        someone else's, or older than the broker keeps answers ``unknown_message``."""
+        if not isinstance(message_id, str) or not message_id:
+            return error_reply("invalid_params", detail="message_id must be a non-empty string")
+        return self._call("call", {"action": "status", "messageId": message_id})

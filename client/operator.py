@@ -32,6 +32,12 @@ def changed_memberships(events: list[dict]) -> list[str] | None:
 
 
 class OperatorMethods:
+    def stats(self, top: int | None = None) -> dict[str, Any]:
+        """What the broker holds and does, ``top`` rows per largest-first list (see
+        ``stats`` in schemas.kinds). Control connections only: a session is refused
+        ``control_only``."""
+        return self._call("stats", {} if top is None else {"top": top})
+
     def overview(self) -> dict[str, Any]:
         """Every session (but control connections) and every workflow run the broker
         holds: ``{"ok", "brokerId", "sessions", "workflows"}``. Only for a control

@@ -374,12 +374,6 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods, AttentionMet
         del fields["action"]
         return self._ask("supervisor", fields, timeout)
 
-    def stats(self, top: int | None = None) -> dict[str, Any]:
-        """What the broker holds and does, ``top`` rows per largest-first list (see
-        ``stats`` in schemas.kinds). Control connections only: a session is refused
-        ``control_only``."""
-        return self._call("stats", {} if top is None else {"top": top})
-
     def mark_terminal(self) -> dict[str, Any]:
         """Declare that this session can no longer answer asks (a finished child)."""
         return self._call("status", {"replyCapability": "terminal"})
@@ -471,25 +465,6 @@ class Session(ConversationMethods, HostingMethods, OperatorMethods, AttentionMet
             # Taking the message is admission to this session's context: tell the broker.
             self._transport.post(envelope("received", ids=[msg["id"]]))
         return msg
-
-    def mark_seen(self, message_id: str) -> None:
-        """The program or model has message ``message_id`` and every message received
-        before it (for ``keep_until="seen"``: until then the broker keeps them for this
-        session's next connection or process). :meth:`receive` says it by itself
-        otherwise."""
-        self._transport.saw(message_id)
-
-    def receipt(self, message_id: str) -> dict[str, Any]:
-        """What became of a message this session sent (its ``messageId``): ``state`` is
-        ``delivered`` (handed to the receiver's connection), ``read`` (its client has
-        it), ``seen`` (handed to its program or model), ``replied`` or ``undelivered``
-        (``reason``: ``session_ended``, ``bound_reached`` or ``never_seen``), with the
-        time each was reached (``deliveredAt``, ``readAt``, ``seenAt``, ``repliedAt``,
-        ``undeliveredAt``; None until then). A message that was queued for a stage,
-        someone else's, or older than the broker keeps answers ``unknown_message``."""
-        if not isinstance(message_id, str) or not message_id:
-            return error_reply("invalid_params", detail="message_id must be a non-empty string")
-        return self._call("call", {"action": "status", "messageId": message_id})
 
     def next_event(self, timeout: float | None = None) -> dict | None:
         """The next in-band event (presence, ``undelivered``, ...), or None on timeout."""

@@ -52,7 +52,8 @@ import zmq
 
 from schemas.limits import MAX_INBOUND_FRAME_BYTES
 
-from .protocol import ROTATE_AFTER, ClientProtocol, Inbound, State
+from .broker_choice import BrokerChoice
+from .protocol import ClientProtocol, Inbound, State
 from .handshakes import HandshakeWatch
 from .keys import CurveKeys
 from .replies import FINISHED, PENDING, Reply, resolve
@@ -68,9 +69,6 @@ _TAKE_OVER_WAIT_S = 0.005
 # Pipelined sends queued, while the IO thread is due to send them, before the
 # sending thread lets it run.
 _YIELD_EVERY = 256
-# With several endpoints: a hello unanswered this long (after the broker went silent)
-# moves the socket to the next endpoint, in turn.
-FAILOVER_S = 1.0
 # Frames ZeroMQ queues unread: enough to keep a fast reader busy (a frame carries up
 # to 50 messages), few enough that a paused reader does not hold a backlog itself
 # (a frame may be up to MAX_INBOUND_FRAME_BYTES): the broker holds it instead.
@@ -96,10 +94,9 @@ class Transport:
                  hello: Callable[[], dict], on_welcome: Callable[[dict], None],
                  curve: CurveKeys | None = None, inbox_size: Callable[[], int] | None = None,
                  inbox_limit_bytes: int = 0) -> None:
-        # Failover: the brokers sharing one database, tried in turn (see _fail_over).
-        self.endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
-        self.endpoint = endpoint = self.endpoints[0]
-        self._greeting_since: float | None = None
+        # Failover: the brokers sharing one database, tried in turn (client.broker_choice).
+        self._brokers = BrokerChoice([endpoint] if isinstance(endpoint, str) else list(endpoint))
+        endpoint = self._brokers.current
         self._inbox_size = inbox_size
         self.inbox_limit_bytes = inbox_limit_bytes if inbox_size is not None else 0
         self._calls_waiting = 0           # callers in call(): reading may use the reserve
@@ -123,7 +120,6 @@ class Transport:
         sock.reconnect_ivl = 100
         sock.reconnect_ivl_max = 1000
         self._curve = curve
-        self._server_keys: dict[str, str] = {}    # endpoint -> CURVE key, from redirects
         if curve is not None:
             sock.curve_serverkey = curve.server_key.encode()
             sock.curve_publickey = curve.public_key.encode()
@@ -345,56 +341,29 @@ class Transport:
         now = time.monotonic()
         self._timers_at = now + _LEAD_TIMERS_S
         self._protocol.timers(now)
-        if len(self.endpoints) > 1:
-            self._fail_over(now)
-
-    def _fail_over(self, now: float) -> None:
-        """Greeting for FAILOVER_S without a welcome: move to the next endpoint.
-
-        Only a session that lost its broker (or never reached it) greets; a
-        broker that answers, even with a refusal, keeps the socket where it is."""
-        if self._protocol.state is not State.GREETING:
-            self._greeting_since = None
-            return
-        if self._greeting_since is None:
-            self._greeting_since = now
-            return
-        if now - self._greeting_since < FAILOVER_S:
-            return
-        self._move(self.endpoints[(self.endpoints.index(self.endpoint) + 1) % len(self.endpoints)])
-        self._greeting_since = now
+        target = self._brokers.failover(self._protocol.state is State.GREETING, now)
+        if target is not None:
+            self._move(target)
 
     def _follow_redirect(self) -> None:
         """Holding ``_io_lock``: the broker sent the hello elsewhere (a stage's run is
         held by another broker): the socket moves there, or says hello again here."""
         target, self._protocol.redirect = self._protocol.redirect, None
-        if target == self.endpoint:
-            # The same broker: the hello is due there after a pause, unless it keeps
-            # saying so (a broker that lost its lease cannot name the run's new host).
-            if len(self.endpoints) > 1 and self._protocol.redirects % ROTATE_AFTER == 0:
-                self._move(self.endpoints[(self.endpoints.index(target) + 1)
-                                          % len(self.endpoints)])
-            return
-        if target not in self.endpoints:
-            self.endpoints.append(target)
-        key = self._protocol.redirect_key
-        if key:
-            # The broker this session reached (authenticated by CURVE) names the key
-            # the other one serves with: brokers on one database may each have their own.
-            self._server_keys[target] = key
-        self._move(target)
+        target = self._brokers.redirected(target, self._protocol.redirect_key,
+                                          self._protocol.redirects)
+        if target is not None:
+            self._move(target)
 
     def _move(self, target: str) -> None:
-        old, self.endpoint = self.endpoint, target
+        old = self._brokers.moved(target)
         try:
             self._sock.disconnect(old)
         except zmq.ZMQError:
             pass
         if self._curve is not None:
-            key = self._server_keys.get(target, self._curve.server_key)
+            key = self._brokers.server_keys.get(target, self._curve.server_key)
             self._sock.curve_serverkey = key.encode()
         self._sock.connect(target)
-        self._greeting_since = None
         self._protocol.redial()
 
     def _io_watch(self, on: bool) -> None:

@@ -19,19 +19,17 @@ the start. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import zmq
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from benchkit.tmp_broker import TmpBroker  # noqa: E402
 from schemas.protocol import envelope, pack, unpack_frame  # noqa: E402
 
 
@@ -41,21 +39,6 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError("no VmRSS")
-
-
-def start_broker(tree: Path, data: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(tree), HOME=str(data))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "--data-dir", str(data), "--endpoint",
-         f"ipc://{data}/b.sock", "--pub-endpoint", f"ipc://{data}/p.sock"],
-        cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while not (data / "b.sock").exists():
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise SystemExit(f"the broker of {tree} did not start")
-        time.sleep(0.02)
-    return proc
 
 
 class Peer:
@@ -139,27 +122,25 @@ def _acks(peer: Peer) -> dict:
 
 
 def measure(tree: Path, count: int, size: int, idle_s: float) -> dict:
-    data = Path(tempfile.mkdtemp(prefix="ic-burst-", dir="/tmp"))
-    proc = start_broker(tree, data)
+    broker = TmpBroker.start(tree=tree)
+    pid = broker.popen.pid
     ctx = zmq.Context()
     try:
-        endpoint = f"ipc://{data}/b.sock"
-        peer = Peer(ctx, endpoint)
+        peer = Peer(ctx, broker.endpoint)
         assert peer.request("hello", name="burster").get("ok"), "hello refused"
         peer.heartbeat_for(1.0)
-        start = rss_mib(proc.pid)
+        start = rss_mib(pid)
         began = time.monotonic()
-        codes = burst(peer, ctx, endpoint, count, size)
+        codes = burst(peer, ctx, broker.endpoint, count, size)
         took = time.monotonic() - began
-        after = rss_mib(proc.pid)
+        after = rss_mib(pid)
         peer.heartbeat_for(idle_s)
-        later = rss_mib(proc.pid)
+        later = rss_mib(pid)
         return {"start": start, "after": after, "later": later, "codes": codes, "took": took}
     finally:
         ctx.destroy(0)
-        proc.terminate()
-        proc.wait(10)
-        shutil.rmtree(data, ignore_errors=True)
+        broker.stop()
+        shutil.rmtree(broker.data, ignore_errors=True)
 
 
 def main() -> int:

@@ -43,10 +43,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -179,26 +176,6 @@ def receivers_main(endpoint: str, n: int, prefix: str, acking: bool, conn) -> No
 
 # -- one run -------------------------------------------------------------------------------
 
-def start_broker(tree: Path | None) -> TmpBroker:
-    """A TmpBroker, or the same run from another checkout (cwd and PYTHONPATH there)."""
-    if tree is None:
-        return TmpBroker.start()
-    data = Path(tempfile.mkdtemp(prefix="ic-k-", dir="/tmp"))
-    env = dict(os.environ, PYTHONPATH=str(tree), HOME=str(data))
-    popen = subprocess.Popen(
-        [sys.executable, "-m", "broker", "--data-dir", str(data), "--endpoint",
-         f"ipc://{data}/broker.sock", "--pub-endpoint", f"ipc://{data}/presence.sock"],
-        cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while not (data / "broker.sock").exists():
-        if time.monotonic() > deadline or popen.poll() is not None:
-            popen.kill()
-            popen.wait(10)
-            raise RuntimeError(f"the broker of {tree} did not start")
-        time.sleep(0.02)
-    return TmpBroker(popen, data, env)
-
-
 def receipt(sender, msg_id: str | None) -> str:
     """The receipt's state, or the refusal's code (a broker without receipts)."""
     answer = sender.intercom(action="status", messageId=msg_id)
@@ -207,7 +184,7 @@ def receipt(sender, msg_id: str | None) -> str:
 
 def one_run(mode: str, args) -> dict:
     from client import Client
-    broker = start_broker(args.broker_tree)
+    broker = TmpBroker.start(tree=args.broker_tree or ROOT)
     pid = broker.popen.pid
     parent, child = mp.Pipe()
     prefix = f"{mode}-r"

@@ -32,18 +32,21 @@ class TmpBroker:
         return f"ipc://{self.data}/broker.sock"
 
     @classmethod
-    def start(cls, *extra: str, timeout: float = 15.0) -> "TmpBroker":
+    def start(cls, *extra: str, timeout: float = 15.0, tree: Path = ROOT) -> "TmpBroker":
+        """A broker of this checkout, or of another one (``tree``: run there, with its
+        code first on PYTHONPATH), to compare two in one run."""
         data = Path(tempfile.mkdtemp(prefix="ic-s-", dir="/tmp"))
-        env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(data))
+        env = dict(os.environ, PYTHONPATH=str(tree), HOME=str(data))
         popen = subprocess.Popen(
             [sys.executable, "-m", "broker", "--data-dir", str(data), "--endpoint",
              f"ipc://{data}/broker.sock", "--pub-endpoint", f"ipc://{data}/presence.sock", *extra],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while not (data / "broker.sock").exists():
             if time.monotonic() > deadline or popen.poll() is not None:
                 popen.kill()
-                raise SystemExit("broker did not start")
+                popen.wait(10)
+                raise SystemExit(f"the broker of {tree} did not start")
             time.sleep(0.02)
         return cls(popen, data, env)
 

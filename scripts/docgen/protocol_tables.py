@@ -12,16 +12,14 @@ from __future__ import annotations
 import string
 
 from client import protocol as client_protocol
-from client import transport
+from client import broker_choice
 from schemas import attention, limits
 from schemas.errors import ERRORS, LOCAL, RETRY_RULES
+from schemas.fields import type_name
 from schemas.kinds import BROKER_KINDS, CLIENT_KINDS, ID_MAX, LINK_KINDS, TEXT_MAX, Field, Kind
 from schemas.tools import ATTACHMENT_SCHEMA, OUTPUT_ATTACHMENT_SCHEMA, TOOL_SCHEMAS
 from schemas.welcome import WELCOME_FIELDS
 
-# The words of the summary table (schemas.kinds.describe): msgpack's nil is "null".
-_TYPE_NAMES = {str: "str", int: "int", float: "float", bool: "bool", list: "list",
-               dict: "map", type(None): "null", object: "any"}
 _JSON_TYPES = {"string": "str", "number": "int or float", "array": "list", "boolean": "bool",
                "object": "map", "integer": "int"}
 _ID = Field("id", (str,), True, ID_MAX, "the request's id, chosen by the client: unique per "
@@ -46,11 +44,6 @@ def readable(template: str) -> str:
     return "".join(parts)
 
 
-def _type(field: Field) -> str:
-    names = " or ".join(_TYPE_NAMES[t] for t in field.types)
-    return f"{names} of {_TYPE_NAMES[field.items]}" if field.items is not None else names
-
-
 def _limit(field: Field) -> str:
     if field.max_len is None or not {str, list} & set(field.types):
         return ""
@@ -59,7 +52,7 @@ def _limit(field: Field) -> str:
 
 
 def _field_rows(fields: tuple[Field, ...]) -> list[str]:
-    return [f"| `{f.name}` | {_type(f)} | {'yes' if f.required else ''} | {_limit(f)} | "
+    return [f"| `{f.name}` | {type_name(f)} | {'yes' if f.required else ''} | {_limit(f)} | "
             f"{cell(f.doc)} |" for f in fields]
 
 
@@ -132,7 +125,7 @@ def describe_attachments() -> str:
 
 def describe_welcome() -> str:
     lines = ["| field | type | always | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{f.name}` | {_type(f)} | {'yes' if f.required else ''} | {cell(f.doc)} |"
+    lines += [f"| `{f.name}` | {type_name(f)} | {'yes' if f.required else ''} | {cell(f.doc)} |"
               for f in WELCOME_FIELDS]
     return "\n".join(lines) + "\n"
 
@@ -206,7 +199,7 @@ _NUMBERS = (
     ("redirects are followed in a row without a welcome for",
      _seconds(client_protocol.REDIRECT_PATIENCE_S), "client.protocol.REDIRECT_PATIENCE_S"),
     ("with several endpoints, a hello unanswered this long moves to the next",
-     _seconds(transport.FAILOVER_S), "client.transport.FAILOVER_S"),
+     _seconds(broker_choice.FAILOVER_S), "client.broker_choice.FAILOVER_S"),
     ("a child grant admits its child within", _seconds(limits.CHILD_GRANT_S),
      "limits.CHILD_GRANT_S"),
     ("queued (sticky) messages per stage target", f"{limits.QUEUED_PER_TARGET}",

@@ -12,7 +12,8 @@ import pytest
 from tests.integration.multi_broker import others_live, sees, shared_cluster, wait_until
 
 from .cli_helpers import run_cli
-from .conftest import drain_events
+from .conftest import drain_events, unique
+from .mcp_helpers import bus_flags, call, mcp_client, run
 
 
 def cli(bus, home, *args: str, **kwargs):
@@ -91,7 +92,7 @@ def test_a_person_holds_lists_releases_and_drops_and_the_sender_sees_each_outcom
     outcomes = {e["messageId"]: e["outcome"] for e in settled(bob)}
     assert outcomes == {first["messageId"]: "released", second["messageId"]: "dropped"}
     receipt = bob.receipt(first["messageId"])
-    assert receipt["state"] in ("delivered", "read", "seen") and receipt["heldAt"] and receipt["releasedAt"]
+    assert receipt["state"] in ("released", "read", "seen") and receipt["heldAt"] and receipt["releasedAt"]
     assert bob.receipt(second["messageId"])["state"] == "dropped"
     again = cli(bus, tmp_path, "drop", second["messageId"], "--identity", str(history))
     assert again.code == 1 and "unknown_held" in again.err, again
@@ -179,3 +180,27 @@ def test_across_brokers_the_row_tells_the_gate_and_a_held_message_is_settled_whe
     assert bob.set_inbound("refuse")["ok"]
     wait_until(lambda: row_of(bob, alice).get("inbound") == "refuse", 15, "the row follows")
     assert alice.intercom(action="send", to="bob", message="no")["code"] == "inbound_refused"
+
+
+def test_the_mcp_servers_row_says_how_it_is_reached_and_its_inbound_flag_holds(bus, home):
+    bob = bus.connect("bob")
+    name = unique("m")
+
+    async def scenario() -> tuple[dict, list[dict]]:
+        async with mcp_client(home, name, *bus_flags(bus, "--no-push", "--inbound", "hold")) \
+                as session:
+            row = row_of_name(bob, name)
+            sent = bob.intercom(action="send", to=name, message="for a person first")
+            first = (await call(session, "intercom", action="list"))[0]
+            return {"row": row, "sent": sent}, first.get("inbox", [])
+
+    seen, inbox = run(scenario())
+    assert seen["row"]["capabilities"] == {"host": "mcp", "push": False, "steer": True,
+                                           "hooks": False}
+    assert seen["row"]["inbound"] == "hold"
+    assert seen["sent"]["held"] is True and inbox == []       # held, so never shown
+
+
+def row_of_name(viewer, name: str) -> dict:
+    (row,) = [r for r in viewer.intercom(action="list")["sessions"] if r["name"] == name]
+    return row

@@ -59,6 +59,8 @@ def test_pipelined_sends_are_held_one_by_one_and_released_in_order():
     assert delivered(b.last, b"bob") == ["p1", "p2", "p3"]
     assert settled(b.last, b"alice") == [("p1", "released"), ("p2", "released"),
                                          ("p3", "released")]
+    released = b.call(b"alice", "status", messageId="p2")
+    assert released["state"] == "released" and released["releasedAt"] >= released["heldAt"]
 
 
 def test_the_held_list_is_bounded_the_oldest_expiring_first():

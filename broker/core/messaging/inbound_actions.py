@@ -51,11 +51,6 @@ def inbound(state: State, session: Session, env: dict, re: str, now: float) -> N
     state.answer(session, re, answer)
 
 
-def set_policy(state: State, session: Session, policy: Any) -> None:
-    """A hello's ``inbound``: the policy a new session starts with."""
-    session.inbound = inbound_policy(policy)
-
-
 def _set_policy(state: State, target: Session, policy: Any, by_person: bool) -> dict[str, Any]:
     if policy not in INBOUND_POLICIES:
         raise BusError("invalid_params",

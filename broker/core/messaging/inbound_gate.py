@@ -18,7 +18,9 @@ Rules:
   threads are never held: it asked for them. Entries of a stage's queue are not held
   (their queue delivers them again).
 * Nothing is held invisibly: the held messages are listed (``held``), each has a
-  receipt (:func:`receipt`: ``held``, then ``released``, ``dropped`` or ``expired``),
+  receipt (:func:`receipt`: ``held``, then ``dropped`` or ``expired``; a released one
+  is ``released`` until its receiver reads it, then goes on as any delivery:
+  :func:`released`),
   and the sender gets one ``held_settled`` event when a person (or the clock) settles it.
 * Bounded: at most :data:`~schemas.attention.MAX_HELD_PER_SESSION` messages and the
   broker's backlog bound in bytes per session (past either the oldest expires), and
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import envelopes
-from schemas.attention import ACCEPT, HELD_PREVIEW_CHARS, HOLD, HOLD_EXPIRY_S, \
+from schemas.attention import HELD_PREVIEW_CHARS, HOLD, HOLD_EXPIRY_S, \
     MAX_HELD_PER_SESSION, REFUSE
 from schemas.errors import BusError
 from schemas.limits import RECEIPTS_KEPT
@@ -175,7 +177,7 @@ def expire(state: State) -> None:
 def receipt(state: State, sender: Session, msg_id: str) -> dict[str, Any] | None:
     """The receipt of a held message of ``sender``'s while it is held or if it never
     reached its receiver (dropped, expired); None otherwise (a released one's receipt
-    is its delivery's, with ``heldAt`` and ``releasedAt`` added by :func:`held_fields`)."""
+    is its delivery's, see :func:`released`)."""
     held = state.gate.receipts.get(msg_id)
     if held is None or held.sender_id != sender.id or held.state == RELEASED:
         return None
@@ -185,13 +187,12 @@ def receipt(state: State, sender: Session, msg_id: str) -> dict[str, Any] | None
             "heldAt": held.held_at}
 
 
-def held_fields(state: State, msg_id: str) -> dict[str, Any]:
-    """``heldAt``/``releasedAt`` for a delivered message that was held first (else none)."""
-    held = state.gate.receipts.get(msg_id)
+def released(state: State, answer: dict[str, Any]) -> None:
+    """A delivered message's receipt (``answer``) that was held first: ``heldAt`` and
+    ``releasedAt`` added, and ``released`` as its state until its receiver reads it."""
+    held = state.gate.receipts.get(answer["messageId"])
     if held is None or held.state != RELEASED:
-        return {}
-    return {"heldAt": held.held_at, "releasedAt": held.settled_at}
-
-
-def policy_of(session: Session) -> str:
-    return session.inbound or ACCEPT
+        return
+    answer.update(heldAt=held.held_at, releasedAt=held.settled_at)
+    if answer["state"] == "delivered":
+        answer["state"] = RELEASED

@@ -415,7 +415,7 @@ def status(state: State, session: Session, params: dict, re: str, now: float,
         return None
     answer = receipt(batch, msg_id)
     if state.gate.receipts:
-        answer.update(gate.held_fields(state, msg_id))
+        gate.released(state, answer)
     return answer
 
 
