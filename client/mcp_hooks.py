@@ -17,7 +17,8 @@ of :func:`client.host_hooks.request_for`, the answer ``{"ok", "event", "block",
   (``Session.human_input``, which starts the loop guard's counts again).
 * Each take is bounded by :data:`~client.host_hooks.HOOK_TEXT_CHARS`.
 * The first hook that reaches the server makes the session say ``hooks: true`` in its
-  capabilities (``Session.update_capabilities``, fire and forget too).
+  capabilities (``Session.update_capabilities``, fire and forget too); a tool call
+  more than :data:`HOOKS_RECENT_S` after the last hook says ``hooks: false`` again.
 
 A message is handed over when the answer is written to the socket: if the hook
 process dies between that and printing it, the message is lost to the model although
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,6 +47,10 @@ from .session import Session
 
 REQUEST_LIMIT_BYTES = 1 << 16     # a hook's request is one short JSON line
 REQUEST_TIMEOUT_S = 2.0           # a connection that says nothing for this long is closed
+# ``hooks: true`` means a hook took this session's mail recently: a tool call this long
+# after the last hook contact turns it off again (the hooks were removed, or the host
+# no longer runs them).
+HOOKS_RECENT_S = 3600.0
 
 
 class HookDesk:
@@ -53,22 +59,27 @@ class HookDesk:
     hand-over."""
 
     def __init__(self, session: Session, held: Callable[[], int],
-                 hand_over: Callable[[int | None], list[dict]]) -> None:
+                 hand_over: Callable[[int | None], list[dict]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.session = session
         self.held = held
         self.hand_over = hand_over
         self.stops = StopBlocks()
-        self.contacted = False
+        self.clock = clock
+        self.contacted_at: float | None = None    # the last hook's, while hooks: true
 
     def tool_called(self) -> None:
         self.stops.reset()
+        if self.contacted_at is not None and self.clock() - self.contacted_at > HOOKS_RECENT_S:
+            self.contacted_at = None
+            self.session.update_capabilities(hooks=False)
 
     def answer(self, request: Any) -> dict[str, Any]:
         """The answer to one hook's request, taking what it hands over (no await here)."""
         event = _event_of(request)
         if event is None:
             return {"ok": False, "error": "not a hook request"}
-        self._first_contact()
+        self._contact()
         if event.blocks:
             active = request.get("stopHookActive")
             block = self.stops.may_block(self.held() > 0, active if active.__class__ is bool
@@ -85,10 +96,10 @@ class HookDesk:
         if event is not None and event.human_input:
             self.session.human_input()           # fire and forget: no wait on the loop
 
-    def _first_contact(self) -> None:
-        if not self.contacted:
-            self.contacted = True
+    def _contact(self) -> None:
+        if self.contacted_at is None:
             self.session.update_capabilities(hooks=True)
+        self.contacted_at = self.clock()
 
 
 def _event_of(request: Any) -> HookEvent | None:

@@ -134,3 +134,34 @@ def test_a_long_runtime_dir_falls_back_to_a_private_tmp_dir(tmp_path):
     path = hook_socket_path("reviewer", env)
     assert len(str(path).encode()) <= MAX_SOCKET_PATH_BYTES
     assert path.parent.name.startswith("intercom-")
+
+
+class Capabilities:
+    """What a HookDesk tells its session: each update_capabilities call, in order."""
+
+    def __init__(self) -> None:
+        self.said: list[dict] = []
+
+    def update_capabilities(self, **changes) -> None:
+        self.said.append(changes)
+
+
+def test_hooks_is_said_on_the_first_hook_and_unsaid_after_an_hour_without_one():
+    from client.mcp_hooks import HOOKS_RECENT_S, HookDesk
+
+    now = [0.0]
+    session = Capabilities()
+    desk = HookDesk(session, held=lambda: 0, hand_over=lambda limit: [], clock=lambda: now[0])
+    stop = request_for("Stop", {"stop_hook_active": False})
+    assert desk.answer(stop)["block"] is False
+    desk.answer(stop)
+    assert session.said == [{"hooks": True}]                 # once, not per hook
+    now[0] = HOOKS_RECENT_S - 1
+    desk.tool_called()
+    assert session.said == [{"hooks": True}]
+    now[0] = 2 * HOOKS_RECENT_S
+    desk.tool_called()
+    desk.tool_called()
+    assert session.said == [{"hooks": True}, {"hooks": False}]
+    desk.answer(stop)
+    assert session.said[-1] == {"hooks": True}
