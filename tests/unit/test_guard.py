@@ -1,10 +1,10 @@
-"""The flood and loop guard (broker.core.sessions.guard), on the fake clock: a guarded
+"""The flood and loop guard (broker.core.messaging.guard), on the fake clock: a guarded
 session's sends to one session are bounded per minute and in back-and-forth turns
 without other input; replies pass; a session without the guard is never refused."""
 
 from __future__ import annotations
 
-from broker.core.sessions.guard import MAX_PEERS, GuardSettings
+from broker.core.messaging.guard import MAX_PEERS, GuardSettings
 from schemas.attention import GUARD_EXCHANGES, GUARD_PAUSE_S, GUARD_PER_MINUTE
 from schemas.protocol import envelope
 

@@ -27,9 +27,9 @@ from broker.core.agents import conversations, invoke_actions as invoking
 from broker.core.agents.registry import welcome_fields
 from broker.core.kernel.lifecycle import SessionOpened, emit
 from broker.core.kernel.state import State
-from broker.core.messaging import ask_actions as asking, receipts
+from broker.core.messaging import ask_actions as asking, guard, receipts
 from broker.core.runs.paths import path_run
-from broker.core.sessions import backlog, connect, control, guard
+from broker.core.sessions import backlog, connect, control
 from broker.core.sessions.authority import check_claimed
 from broker.core.sessions.grants import admit_child, session_token
 from broker.core.sessions.presence import membership_changed, status_changed
@@ -193,7 +193,7 @@ def welcome(state: State, session: Session) -> dict[str, Any]:
 def lifecycle(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
     """The ``status`` kind: activity, reply capability, capabilities (merged into
     those the hello stated: see schemas.attention) and a person's input (``humanInput``:
-    the loop guard's counts restart, broker.core.sessions.guard).
+    the loop guard's counts restart, broker.core.messaging.guard).
 
     Raises BusError(invalid_status | bad_envelope).
     """

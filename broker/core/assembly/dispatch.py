@@ -22,10 +22,10 @@ from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
 from broker.core.assembly import arrival
-from broker.core.sessions import (acting, authority, control, grants, guard, last_seen,
-                                  membership, presence)
+from broker.core.sessions import (acting, authority, control, grants, last_seen, membership,
+                                  presence)
 from broker.core.workflow.overview import overview
-from broker.core.messaging import ask_actions, inbound_actions, receipts
+from broker.core.messaging import ask_actions, guard, inbound_actions, receipts
 from broker.core.workflow import closed_stages
 from broker.core.agents import conversations, invoke_actions as invoking
 from broker.core.cluster import (changes, claims, ownership, placement, remote_conversations,

@@ -19,11 +19,11 @@ from broker.core.kernel.bounded import RecentMap
 from broker.core.kernel.state import State
 from broker.core.messaging.ask_table import AskTable
 from broker.core.messaging.dedup import MessageIds
+from broker.core.messaging.guard import Guards
 from broker.core.messaging.inbound_gate import InboundGate
 from broker.core.messaging.receipts import Receipts
 from broker.core.sessions.departures import Departures
 from broker.core.sessions.grants import UsedGrants
-from broker.core.sessions.guard import Guards
 from broker.core.sessions.identity_table import IdentityTable
 from broker.core.sessions.last_seen import LastSeen
 from broker.core.sessions.registry import Registry
@@ -42,8 +42,8 @@ class BrokerState(State):
     departures: Departures = field(default_factory=Departures)   # peers still to be told
     used_grants: UsedGrants = field(default_factory=UsedGrants)   # child grants spent lately
     last_seen: LastSeen = field(default_factory=LastSeen)   # when sessions that left were here
-    guards: Guards = field(default_factory=Guards)   # guarded sessions' views of their peers
     # -- messaging
+    guards: Guards = field(default_factory=Guards)   # guarded sessions' views of their peers
     asks: AskTable = field(default_factory=AskTable)
     ids: MessageIds = field(default_factory=MessageIds)
     # Ordinary messages each session received lately: msg id -> sender id.

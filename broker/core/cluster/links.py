@@ -58,7 +58,7 @@ from broker.core.cluster import remote_conversations as conversation_mirrors, fo
 from broker.core.agents import conversations, invoke_actions as invoking, respond_action as respond
 from broker.core.messaging import receipts
 from broker.core.messaging.ask_cycles import from_wire
-from broker.core.sessions import guard
+from broker.core.messaging import guard
 from broker.core.cluster.peers import Peer, link_row, mirror_of
 from broker.core.kernel.commands import LinkClose, LinkOpen, LinkSend, ReadBrokers, Send
 from broker.core.kernel.records import LeaseRenewed

@@ -46,7 +46,7 @@ from broker.core.cluster.forwarding import hand
 from broker.core.kernel.state import State
 from broker.core.routing.resolver import (ClosedStageHost, Mirror, OrphanRun, RemoteHeld,
                                             RemoteRun, resolve)
-from broker.core.sessions import guard
+from broker.core.messaging import guard
 from broker.core.sessions.registry import Session
 
 
@@ -132,7 +132,7 @@ def carry_out(state: State, session: Session | None, identity: bytes, where: Pla
 def _guarded(state: State, session: Session, identity: bytes, target_id: str, env: dict,
              ids: list, now: float) -> tuple[dict, list]:
     """A send, sends or ask of a guarded session to another broker's session: its
-    flood and loop guard (broker.core.sessions.guard) is checked and counted here,
+    flood and loop guard (broker.core.messaging.guard) is checked and counted here,
     where it is (there it is a mirror, which has none). What it refuses is answered
     and left out of what is handed over; an id handed over before passes unchecked
     (a resend: that broker answers it as the first time)."""

@@ -1,2 +1,3 @@
-"""Messaging: the send path, asks and replies, target resolution, delivery and message
-id deduplication."""
+"""Messaging: delivery and its receipts, message ids, asks and replies, ask cycles, a
+person's gate on what reaches a session, and the flood and loop guard between two
+sessions. Where a request goes is the routing room's, above."""

@@ -19,7 +19,7 @@ Invariant: only the asked session can settle an ask (the thread is looked up in 
 replier's own inbound table), and an ask is settled exactly once.
 
 A reply counts for the flood and loop guard of either side, and is never refused by
-it (:mod:`broker.core.sessions.guard`): the other side waits on it.
+it (:mod:`broker.core.messaging.guard`): the other side waits on it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from schemas.limits import PREFIX_LEN
 from broker.core.messaging.ask_table import Ask
 from broker.core.messaging import receipts
 from broker.core.messaging.delivery import deliver
-from broker.core.sessions import guard
+from broker.core.messaging import guard
 from broker.core.sessions.registry import Session
 from broker.core.kernel.state import State
 

@@ -15,7 +15,7 @@ from schemas.errors import BusError
 from broker.core.routing.send_path import admit_sends, once
 from broker.core.messaging.ask_actions import open_ask, pending_rows
 from broker.core.routing.resolver import ClosedStageHost, resolve
-from broker.core.sessions import guard
+from broker.core.messaging import guard
 from broker.core.sessions.authority import refuse_non_agent
 from broker.core.messaging.dedup import fingerprint
 from broker.core.kernel.params import tool_params, turn_of
@@ -54,7 +54,7 @@ def ask(state: State, session: Session, params: dict, re: str, now: float,
         target = resolve(state, session, to, "ask")
         late = target.stage.late_fields() if target.__class__ is ClosedStageHost else None
         asked = target if target.__class__ is Session else target.session
-        if session.guard is not None:       # its flood and loop guard (sessions.guard)
+        if session.guard is not None:       # its flood and loop guard (messaging.guard)
             guard.quota(state, session, asked, now)
         open_ask(state, session, asked, re, message, attachments, params.get("timeout"), now,
                  supervisor=False, extra=late)

@@ -19,7 +19,7 @@ order:
    :func:`broker.core.workflow.path_delivery.send`), or a dormant run's subagent (each
    item is held: :mod:`broker.core.workflow.held_sends`); a ``replyTo`` thread is no
    target (a single send that is a reply, see :mod:`broker.core.messaging.replies`);
-5. a sender with a flood and loop guard (:mod:`broker.core.sessions.guard`) is checked
+5. a sender with a flood and loop guard (:mod:`broker.core.messaging.guard`) is checked
    once the target is a session: the loop bound refuses the whole run, the flood bound
    the items past its quota; what is delivered counts for whichever side is guarded.
 
@@ -39,7 +39,8 @@ from schemas.errors import BusError
 from schemas.kinds import ID_MAX
 from schemas.limits import MAX_MESSAGE_CHARS, MAX_TARGET_CHARS, PROTOCOL_VERSION
 
-from broker.core.sessions import backlog, guard
+from broker.core.messaging import guard
+from broker.core.sessions import backlog
 from broker.core.workflow import held_sends as held
 from broker.core.kernel.commands import Answer
 from broker.core.messaging.dedup import fingerprints
@@ -81,7 +82,7 @@ def admit_sends(state: State, sender: Session, to: Any, ids: list, texts: list, 
     # the rest while they fit (broker.core.sessions.backlog).
     room = 0
     # Items the sender's flood guard still admits in this run (set with the target:
-    # broker.core.sessions.guard); a sender without a guard has no such bound.
+    # broker.core.messaging.guard); a sender without a guard has no such bound.
     quota = guard.UNBOUNDED
     delivered = 0                       # items handed to ``target`` so far
     young, old = seen.generations()     # valid until the memory is written: refreshed then

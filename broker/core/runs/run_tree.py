@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from schemas.errors import BusError
-from schemas.names import (AGENT, NON_AGENT_KINDS, PENDING, RUNNING, STAGE_STATES,
+from schemas.names import (AGENT, NON_AGENT_KINDS, PENDING, STAGE_STATES,
                            TERMINAL_STATES, run_group)
 
 from broker.core.kernel.records import RunSaved

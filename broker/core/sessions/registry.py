@@ -85,7 +85,7 @@ class Session:
     # broker.core.messaging.inbound_gate): both are in its row.
     capabilities: dict | None = None
     inbound: str = ACCEPT
-    # Its flood and loop guard (broker.core.sessions.guard.GuardSettings); None: off.
+    # Its flood and loop guard (broker.core.messaging.guard.GuardSettings); None: off.
     # A mirror's is its own broker's business: None here.
     guard: Any = None
     # A control connection's: the session it acts for, and the broker's operator (acting)

@@ -21,7 +21,6 @@ must share a group with the subagent as it was when it left, as for a live send.
 
 from __future__ import annotations
 
-from typing import Any
 
 from schemas import envelopes
 from schemas.errors import BusError

@@ -8,7 +8,6 @@ other brokers hold (mirrors) are in, with their ``broker``.
 
 from __future__ import annotations
 
-from typing import Any
 
 from schemas.errors import BusError
 
