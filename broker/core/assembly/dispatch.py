@@ -21,7 +21,7 @@ from schemas import kinds
 from schemas.errors import BusError
 from schemas.limits import PROTOCOL_VERSION
 
-from broker.core.assembly import arrival
+from broker.core.assembly import arrival, reports
 from broker.core.sessions import (acting, authority, control, grants, last_seen, membership,
                                   presence)
 from broker.core.workflow.overview import overview
@@ -110,8 +110,8 @@ KINDS: dict[str, KindHandler] = {
     "recovery": recovery,
     "reset": conversations.reset,
     "delete": conversations.delete,
-    "bye": receipts.bye,
-    "hb": receipts.heartbeat,
+    "bye": reports.bye,
+    "hb": reports.heartbeat,
 }
 
 ACTIONS: dict[str, ActionHandler] = {
@@ -119,7 +119,7 @@ ACTIONS: dict[str, ActionHandler] = {
     "groups": membership.list_groups,
     "join": membership.join,
     "leave": membership.leave,
-    "status": receipts.status,
+    "status": reports.status,
     "send": messaging.send,
     "ask": messaging.ask,
     "reply": messaging.reply,

@@ -3,8 +3,10 @@
 Every message handed to a session of this broker (:func:`delivered`, called from the
 one delivery path, :mod:`broker.core.messaging.delivery`, and for messages another
 broker relays here) becomes a :class:`Batch`: the ids of one delivery, who sent them,
-and the time each state was reached. A sender reads them by id (:func:`status`, the
-``status`` action with ``messageId``):
+and the time each state was reached. A sender reads them by id
+(:func:`message_status`, the ``status`` action with ``messageId``); the receiver's
+client reports what it read and saw (:func:`reported`, through
+:mod:`broker.core.assembly.reports`):
 
 ``delivered``    handed to the receiver's connection here;
 ``read``         its client has it: it reported reading (``hb.read``, a byte count
@@ -58,7 +60,7 @@ from broker.core.kernel.commands import Deliver, LinkSend, Send
 from broker.core.kernel.outbox import delivery
 from broker.core.kernel.state import State
 from broker.core.messaging import inbound_gate as gate
-from broker.core.sessions import backlog, connect, membership
+from broker.core.sessions import backlog
 from broker.core.sessions.registry import Session
 
 SEEN = "seen"
@@ -167,22 +169,10 @@ def written(state: State, counts: dict[bytes, int]) -> None:
             batch.end = end
 
 
-# -- the receiver's client reports -------------------------------------------------------
+# -- the receiver's client reports (hb and bye: broker.core.assembly.reports) ---------------
 
-def heartbeat(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
-    """``hb``: liveness, the bytes read (the backlog's and the receipts'), what was seen."""
-    connect.heartbeat(state, session, env, re, now)
-    _reported(state, session, env)
-
-
-def bye(state: State, session: Session, env: dict, re: str | None, now: float) -> None:
-    """``bye``: the last reports, then the session ends."""
-    backlog.report_read(session, env.get("read"))
-    _reported(state, session, env)
-    connect.bye(state, session, env, re, now)
-
-
-def _reported(state: State, session: Session, env: dict) -> None:
+def reported(state: State, session: Session, env: dict) -> None:
+    """What the client of ``session`` says it read (``read``) and saw (``seenThrough``)."""
     if session.kept:
         _read(state, session)
         through = env.get("seenThrough")
@@ -393,13 +383,11 @@ def _undeliver(state: State, batch: Batch, reason: str | None) -> None:
 
 # -- the sender asks ---------------------------------------------------------------------
 
-def status(state: State, session: Session, params: dict, re: str, now: float,
-           env: dict) -> dict[str, Any] | None:
-    """The ``status`` action: with ``messageId``, that message's receipt; without it, the
-    session's status. Raises BusError(unknown_message)."""
-    msg_id = params.get("messageId")
-    if msg_id is None:
-        return membership.status(state, session, params, re, now, env)
+def message_status(state: State, session: Session, msg_id: str,
+                   env: dict) -> dict[str, Any] | None:
+    """The ``status`` action with ``messageId``: that message's receipt, for its sender
+    only; None when the broker its receiver moved to answers instead.
+    Raises BusError(unknown_message)."""
     batch = state.receipts.by_id.get(msg_id)
     if batch is None and state.gate.receipts:
         held = gate.receipt(state, session, msg_id)      # held, dropped or expired
