@@ -526,6 +526,8 @@ export declare class Session {
   markSeen(messageId: string): void;
   /** Change what this session's row says about how it is reached (fire and forget). */
   updateCapabilities(changes: Capabilities): void;
+  /** A person just gave this session input: the loop guard's counts start again (fire and forget). */
+  humanInput(): void;
   /** Set the inbound gate. */
   setInbound(policy: InboundPolicy): Promise<Result<{ policy: InboundPolicy; held: number }>>;
   /** The messages the gate holds, oldest first. */

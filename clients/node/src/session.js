@@ -468,6 +468,13 @@ export class Session {
     if (this.connected) this.transport.post(envelope("status", { capabilities: merged }));
   }
 
+  /** A person just gave this session input (a prompt): the broker's loop guard counts
+   * the exchanges of its pairs from zero again. Fire and forget; sent in order with
+   * what follows, so the next send is judged after it. */
+  humanInput() {
+    if (this.connected) this.transport.post(envelope("status", { humanInput: true }));
+  }
+
   /** Set the inbound gate: "accept", "hold" (messages from other sessions wait for a
    * person to release or drop them) or "refuse". Answers {ok, policy, held}. */
   async setInbound(policy) {

@@ -1,8 +1,8 @@
 // A session's attention from Node against a real broker: the row shows host "node" and
 // what updateCapabilities changes; a held message is answered held, listed, released to
 // its receiver, and its sender hears held_settled; the flood and loop guard is off
-// unless asked for, and a guarded send past its bound is refused flood_guard with
-// retryAfterS.
+// unless asked for, a guarded send past its bound is refused flood_guard with
+// retryAfterS, and one past its turns loop_guard until humanInput() says a person spoke.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -69,4 +69,18 @@ test("a guarded session is refused past perMinute; an unguarded one is not", { t
   assert.equal(refused.code, "flood_guard", JSON.stringify(refused));
   assert.ok(refused.retryAfterS > 0 && refused.retryAfterS <= 60);
   for (let n = 0; n < 40; n++) assert.ok((await bob.intercom({ action: "send", to: alice.name, message: `b${n}` })).ok);
+});
+
+test("a guarded session's loop is refused loop_guard until humanInput() says a person spoke", { timeout: 30_000 }, async () => {
+  const alice = await connect("alice", { guard: { exchanges: 2 } });
+  const carol = await connect("carol");
+  for (let n = 0; n < 2; n++) {
+    assert.ok((await alice.intercom({ action: "send", to: carol.name, message: `ping${n}` })).ok);
+    assert.ok((await carol.intercom({ action: "send", to: alice.name, message: `pong${n}` })).ok);
+  }
+  const refused = await alice.intercom({ action: "send", to: carol.name, message: "ping2" });
+  assert.equal(refused.code, "loop_guard", JSON.stringify(refused));
+  alice.humanInput();
+  const sent = await alice.intercom({ action: "send", to: carol.name, message: "a person asked me to" });
+  assert.ok(sent.ok, JSON.stringify(sent));
 });
