@@ -1,9 +1,12 @@
-"""All routing state of one broker, and the few verbs every handler uses.
+"""The kernel's part of a broker's state, and the few verbs every handler uses.
 
-:class:`State` is plain data: the session registry, the subsystems' tables (asks,
-message ids, recent messages, runs, sticky queues), counters, and the command list
-the current input is filling. Handlers are functions of a ``State``; none of them
-keeps state of its own, and no subsystem holds a reference to another.
+:class:`State` is plain data: who the broker is and its limits, counters, the command
+list the current input is filling, the tickets of durable writes awaited, the
+lifecycle listeners and hooks. Each room keeps its own tables (the session registry,
+asks, message ids, runs, sticky queues, ...); the aggregate that holds them beside
+this part is :class:`broker.core.assembly.state.BrokerState`, built by the engine.
+Handlers are functions of a ``State``; none of them keeps state of its own, and no
+room holds a reference to another.
 
 Invariants:
 

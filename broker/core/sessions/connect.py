@@ -1,7 +1,8 @@
 """Sessions coming and going, the sessions room's part: ids and their reclaim, rooms
 for new sessions, heartbeats, bye and every departure. The hello's steps across the
 rooms (binding a stage, held sends, conversations) are put together above them, in
-:mod:`broker.core.assembly.arrival`, which uses the rules here.
+:mod:`broker.core.assembly.arrival`, which uses the rules here; ``hb`` and ``bye``
+with the receipts' part in :mod:`broker.core.assembly.reports`.
 
 A ``hello`` on a connection without a session opens one; a ``hello`` naming a live
 session with its token and its client's ``instance`` nonce (or naming a holder gone
