@@ -42,7 +42,7 @@ SESSION_METHODS = ["intercom", "receive", "nextEvent", "receipt", "markSeen", "s
                    "inboxStatistics", "setStatus", "markTerminal", "contactSupervisor", "close",
                    "respond", "ackOutput", "listSessions", "invoke", "finishInvocation", "reset",
                    "delete", "registerRun", "takeOver", "addStages", "setStageState", "revokeStage",
-                   "grantChild", "endRun", "updateCapabilities", "setInbound", "heldMessages",
+                   "grantChild", "endRun", "updateCapabilities", "humanInput", "setInbound", "heldMessages",
                    "releaseHeld", "dropHeld"]
 # On Session.prototype, not part of the surface (the types leave them out).
 SESSION_INTERNALS = ["hello", "onWelcomed", "waitWelcome", "onInbound", "status", "reply", "ask", "call",
