@@ -334,39 +334,16 @@ def assert_log_clean(shared_broker, since: int) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_random_bytes_never_stop_the_broker(shared_broker, watcher):
+@pytest.mark.parametrize("frames", [
+    pytest.param(st.binary(max_size=4096), id="bytes"),
+    pytest.param(msgpack_values.map(pack), id="msgpack-values"),
+    pytest.param(envelope_frames, id="envelopes"),
+])
+def test_random_frames_never_stop_the_broker(shared_broker, watcher, frames):
     since = log_size(shared_broker)
 
     @FUZZ
-    @given(frame=st.binary(max_size=4096))
-    def throw(frame):
-        throw_and_check(shared_broker.endpoint, frame)
-
-    throw()
-    assert_still_serving(shared_broker, watcher)
-    assert_log_clean(shared_broker, since)
-
-
-@pytest.mark.timeout(120)
-def test_random_msgpack_values_never_stop_the_broker(shared_broker, watcher):
-    since = log_size(shared_broker)
-
-    @FUZZ
-    @given(value=msgpack_values)
-    def throw(value):
-        throw_and_check(shared_broker.endpoint, pack(value))
-
-    throw()
-    assert_still_serving(shared_broker, watcher)
-    assert_log_clean(shared_broker, since)
-
-
-@pytest.mark.timeout(120)
-def test_random_envelopes_never_stop_the_broker(shared_broker, watcher):
-    since = log_size(shared_broker)
-
-    @FUZZ
-    @given(frame=envelope_frames)
+    @given(frame=frames)
     def throw(frame):
         throw_and_check(shared_broker.endpoint, frame)
 

@@ -15,10 +15,12 @@ process exit, a reply, or a condition with a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -106,24 +108,37 @@ def timed(call) -> tuple[dict, float]:
     return result, time.monotonic() - started
 
 
-def test_a_server_gone_refuses_durable_sends_at_once_and_nothing_queued_is_lost(tmp, own_postgres):
+@contextlib.contextmanager
+def serving(tmp: Path, db: str):
+    """A broker on ``db`` with host, alice and bob, and a run whose stage ``plan`` has one
+    entry queued ("before"). ``bed.connect`` connects to whichever broker ``bed.broker``
+    is now; every session is closed and that broker stopped at the end."""
     from client import Client
-    db = own_postgres.schema_url()
-    broker = start_broker(tmp, "--db", db)
-    sessions = []
+    bed = types.SimpleNamespace(broker=start_broker(tmp, "--db", db), sessions=[])
 
     def connect(name: str, **kwargs):
-        session = Client.connect(name=name, endpoint=broker.endpoint, timeout=15, **kwargs)
-        sessions.append(session)
+        session = Client.connect(name=name, endpoint=bed.broker.endpoint, timeout=15, **kwargs)
+        bed.sessions.append(session)
         return session
 
+    bed.connect = connect
     try:
-        wait_ready(broker.endpoint, broker.proc)
-        host, alice, bob = connect("host"), connect("alice"), connect("bob")
-        run = new_run_id()
-        granted(ok(host.register_run(run, STAGES)))
-        assert queue(host, path(run, "plan"), "before")["position"] == 1
+        wait_ready(bed.broker.endpoint, bed.broker.proc)
+        bed.host, bed.alice, bed.bob = connect("host"), connect("alice"), connect("bob")
+        bed.run = new_run_id()
+        granted(ok(bed.host.register_run(bed.run, STAGES)))
+        assert queue(bed.host, path(bed.run, "plan"), "before")["position"] == 1
+        yield bed
+    finally:
+        for session in bed.sessions:
+            session.close()
+        bed.broker.stop()
 
+
+def test_a_server_gone_refuses_durable_sends_at_once_and_nothing_queued_is_lost(tmp, own_postgres):
+    db = own_postgres.schema_url()
+    with serving(tmp, db) as bed:
+        host, run = bed.host, bed.run
         own_postgres.stop("immediate")            # as a crash of the server would
         refused, seconds = timed(lambda: send(host, path(run, "plan"), "while gone"))
         assert_refused(refused, "store_unavailable", error_text("store_unavailable"))
@@ -131,9 +146,9 @@ def test_a_server_gone_refuses_durable_sends_at_once_and_nothing_queued_is_lost(
         refused, seconds = timed(lambda: host.register_run(new_run_id(), STAGES))
         assert_refused(refused, "store_unavailable")
         assert seconds < FAST_ANSWER_S, seconds
-        assert ok(send(alice, bob.id, "live while gone")).get("delivered") is True
-        assert bob.receive(10)["message"] == "live while gone"
-        connect("carol")                          # her identity waits for the server
+        assert ok(send(bed.alice, bed.bob.id, "live while gone")).get("delivered") is True
+        assert bed.bob.receive(10)["message"] == "live while gone"
+        bed.connect("carol")                      # her identity waits for the server
 
         own_postgres.start()
         deadline = time.monotonic() + 30
@@ -142,70 +157,50 @@ def test_a_server_gone_refuses_durable_sends_at_once_and_nothing_queued_is_lost(
             assert time.monotonic() < deadline, "the broker never reconnected"
         assert (answer["queued"], answer["position"]) == (True, 2), answer
 
-        broker.kill()                             # kill -9: only what is committed is left
-        broker = start_broker(tmp, "--db", db)
-        wait_ready(broker.endpoint, broker.proc)
+        bed.broker.kill()                         # kill -9: only what is committed is left
+        bed.broker = start_broker(tmp, "--db", db)
+        wait_ready(bed.broker.endpoint, bed.broker.proc)
         deadline = time.monotonic() + 30
         while not host.intercom(action="list").get("ok"):   # the host says hello again
             assert time.monotonic() < deadline, "the host never came back"
         assert stage_row(run_row(host, run), "plan")["queued"] == 2
-        stage = start_stage(connect, run, "plan")
+        stage = start_stage(bed.connect, run, "plan")
         assert [m["message"] for m in take(stage, 2)] == ["before", "after"]
         names = {row[0] for row in query(db, "SELECT name FROM session_identity")}
         assert "carol" in names, names            # written once the server came back
-    finally:
-        for session in sessions:
-            session.close()
-        broker.stop()
 
 
 def test_a_server_cut_off_costs_one_bounded_wait_then_durable_sends_are_refused_at_once(
         tmp, postgres_server):
-    from client import Client
     schema = postgres_server.take_schema()
     proxy = BlackholeProxy(postgres_server.port)
     db = f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres?schema={schema}"
-    broker = start_broker(tmp, "--db", db)
-    sessions = []
-
-    def connect(name: str, **kwargs):
-        session = Client.connect(name=name, endpoint=broker.endpoint, timeout=15, **kwargs)
-        sessions.append(session)
-        return session
-
     try:
-        wait_ready(broker.endpoint, broker.proc)
-        host, alice, bob = connect("host"), connect("alice"), connect("bob")
-        run = new_run_id()
-        granted(ok(host.register_run(run, STAGES)))
-        assert queue(host, path(run, "plan"), "before")["position"] == 1
+        with serving(tmp, db) as bed:
+            host, run = bed.host, bed.run
+            proxy.drop()                          # nothing answered, nothing refused
+            refused, first = timed(lambda: send(host, path(run, "plan"), "first while cut"))
+            assert_refused(refused, "store_unavailable", error_text("store_unavailable"))
+            assert first < CUT_ANSWER_S, first
+            for n in range(5):
+                refused, seconds = timed(lambda: send(host, path(run, "plan"), f"cut {n}"))
+                assert_refused(refused, "store_unavailable")
+                assert seconds < KNOWN_DOWN_ANSWER_S, (n, seconds)
+            assert ok(send(bed.alice, bed.bob.id, "live while cut")).get("delivered") is True
+            assert bed.bob.receive(10)["message"] == "live while cut"
+            bed.connect("carol")                  # her identity waits for the server
 
-        proxy.drop()                              # nothing answered, nothing refused
-        refused, first = timed(lambda: send(host, path(run, "plan"), "first while cut"))
-        assert_refused(refused, "store_unavailable", error_text("store_unavailable"))
-        assert first < CUT_ANSWER_S, first
-        for n in range(5):
-            refused, seconds = timed(lambda: send(host, path(run, "plan"), f"cut {n}"))
-            assert_refused(refused, "store_unavailable")
-            assert seconds < KNOWN_DOWN_ANSWER_S, (n, seconds)
-        assert ok(send(alice, bob.id, "live while cut")).get("delivered") is True
-        assert bob.receive(10)["message"] == "live while cut"
-        connect("carol")                          # her identity waits for the server
-
-        proxy.heal()
-        healed = time.monotonic()
-        while not (answer := send(host, path(run, "plan"), "after")).get("ok"):
-            assert answer.get("code") == "store_unavailable", answer
-            assert time.monotonic() - healed < 15, "the broker never reconnected"
-        assert (answer["queued"], answer["position"]) == (True, 2), answer
-        wait_until(lambda: "carol" in {row[0] for row in query(db, "SELECT name FROM session_identity")},
-                   10, "the identity held while cut off is written")
-        stage = start_stage(connect, run, "plan")
-        assert [m["message"] for m in take(stage, 2)] == ["before", "after"]
+            proxy.heal()
+            healed = time.monotonic()
+            while not (answer := send(host, path(run, "plan"), "after")).get("ok"):
+                assert answer.get("code") == "store_unavailable", answer
+                assert time.monotonic() - healed < 15, "the broker never reconnected"
+            assert (answer["queued"], answer["position"]) == (True, 2), answer
+            wait_until(lambda: "carol" in {row[0] for row in query(db, "SELECT name FROM session_identity")},
+                       10, "the identity held while cut off is written")
+            stage = start_stage(bed.connect, run, "plan")
+            assert [m["message"] for m in take(stage, 2)] == ["before", "after"]
     finally:
-        for session in sessions:
-            session.close()
-        broker.stop()
         proxy.close()
 
 
