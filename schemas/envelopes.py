@@ -126,6 +126,10 @@ def link_waiters(asks: dict[str, dict[str, list]]) -> dict[str, Any]:
     return {"v": _V, "k": "link_waiters", "asks": asks}
 
 
+def link_human_input(session_id: str) -> dict[str, Any]:
+    return {"v": _V, "k": "link_human_input", "session": session_id}
+
+
 def relay(session_id: str, env: dict[str, Any]) -> dict[str, Any]:
     return {"v": _V, "k": "relay", "to": session_id, "env": env}
 

@@ -366,6 +366,11 @@ LINK_KINDS: tuple[Kind, ...] = (
            f"lists: nobody), at most {MAX_WAITED_BY} sessions each", required=True,
            max_len=None),
     )),
+    Kind("link_human_input", LINK, "A person gave input to a session the sending broker "
+         "holds (``status`` ``humanInput``): the receiver's guarded sessions count their "
+         "turns with it from zero.", (
+        _f("session", str, "the session's id", required=True),
+    )),
     Kind("relay", LINK, "An envelope for a session held by the receiving broker (an "
          "answer, a message, an event other than presence).", (
         _f("to", str, "the session's id", required=True),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from schemas.attention import GUARD_PER_MINUTE
+from tests.integration.multi_broker import sees, shared_cluster, wait_until
 
 from .conftest import unique
 from .mcp_helpers import call, mcp_client, run
@@ -62,3 +63,26 @@ def test_the_mcp_server_is_guarded_by_default_and_not_with_no_guard(bus, home):
     free = run(sends(unique("m"), GUARD_PER_MINUTE + 5, "--no-guard"))
     assert all(answer["ok"] for answer in free)
     assert peer.intercom(action="list")["ok"]
+
+
+# -- across brokers ----------------------------------------------------------------------
+
+_two_brokers, two = shared_cluster("two", 2)
+
+
+@pytest.mark.timeout(90)
+def test_a_person_speaking_on_the_peers_broker_restarts_the_guarded_pair(two):
+    alice = two.connect(0, "alice", group=two.group, guard={"exchanges": 1})
+    bob = two.connect(1, "bob", group=two.group)
+    for session, other in ((alice, "bob"), (bob, "alice")):
+        wait_until(lambda: sees(session, other), 15, f"{session.name} lists {other}")
+    assert alice.intercom(action="send", to="bob", message="one")["ok"]
+    assert bob.receive(10)["message"] == "one"
+    assert bob.intercom(action="send", to="alice", message="two")["ok"]
+    assert alice.receive(10)["message"] == "two"
+    assert alice.intercom(action="send", to="bob", message="three")["code"] == "loop_guard"
+    bob.human_input()                 # bob's person spoke, on bob's broker
+    # A refused send changes nothing, so asking again until the notice arrives is safe.
+    wait_until(lambda: alice.intercom(action="send", to="bob", message="four").get("ok"),
+               10, "alice's broker hears that bob's person spoke")
+    assert bob.receive(10)["message"] == "four"

@@ -4,7 +4,9 @@ without other input; replies pass; a session without the guard is never refused.
 
 from __future__ import annotations
 
+from broker.core.kernel.commands import LinkSend
 from broker.core.messaging.guard import MAX_PEERS, GuardSettings
+from schemas import envelopes
 from schemas.attention import GUARD_EXCHANGES, GUARD_PAUSE_S, GUARD_PER_MINUTE
 from schemas.protocol import envelope
 
@@ -245,29 +247,66 @@ def test_views_per_session_are_bounded():
 
 # -- across brokers ----------------------------------------------------------------------------
 
+def sent(mesh, node, who: bytes, msg_id: str, **params) -> dict:
+    """``who`` on ``node`` sends; its answer once everything the send caused settled."""
+    mesh.call(node, who, "send", msg_id, **params)
+    mesh.settle()
+    return result_for(mesh.seen[node], who, msg_id)
+
+
 def test_the_senders_broker_refuses_what_its_guard_refuses_before_it_is_handed_over():
     mesh = linked_mesh(2)
     a, b = mesh.nodes
     mesh.hello(a, "alice", group="team", guard={"perMinute": 3, "exchanges": 1})
     mesh.hello(b, "bob", group="team")
 
-    def answer(node, who, msg_id, **params):
-        mesh.call(node, who, "send", msg_id, **params)
-        mesh.settle()
-        return result_for(mesh.seen[node], who, msg_id)
-
-    assert answer(a, b"alice", "m1", to="bob", message="one")["ok"]
-    assert answer(b, b"bob", "m2", to="alice", message="two")["ok"]   # one turn, seen on a
-    refused = answer(a, b"alice", "m3", to="bob", message="three")
+    assert sent(mesh, a, b"alice", "m1", to="bob", message="one")["ok"]
+    assert sent(mesh, b, b"bob", "m2", to="alice", message="two")["ok"]   # one turn, seen on a
+    refused = sent(mesh, a, b"alice", "m3", to="bob", message="three")
     assert refused["code"] == "loop_guard"
     assert [m["message"] for m in mesh.sent(b, b"bob", "msg")] == []
     mesh.feed(a, b"alice", envelope("status", humanInput=True))
-    assert answer(a, b"alice", "m4", to="bob", message="four")["ok"]
+    assert sent(mesh, a, b"alice", "m4", to="bob", message="four")["ok"]
     mesh.feed(a, b"alice", envelope("sends", to="bob", ids=["p1", "p2"], messages=["x", "y"]))
     mesh.settle()
     (refusal,) = [r for r in mesh.sent(a, b"alice", "result") if r["re"] == "p2"]
     assert refusal["code"] == "flood_guard"
     assert [m for env in mesh.sent(b, b"bob", "msgs") for m in env["messages"]] == ["x"]
+
+
+def test_a_persons_input_on_the_peers_broker_restarts_the_guarded_pair_there_too():
+    """bob's person speaks on bob's broker: alice's guard on the other broker counts her
+    turns with bob from zero, as it does when her own person speaks."""
+    mesh = linked_mesh(2)
+    a, b = mesh.nodes
+    mesh.hello(a, "alice", group="team", guard={"exchanges": 1})
+    mesh.hello(b, "bob", group="team")
+
+    assert sent(mesh, a, b"alice", "m1", to="bob", message="one")["ok"]
+    assert sent(mesh, b, b"bob", "m2", to="alice", message="two")["ok"]
+    assert sent(mesh, a, b"alice", "m3", to="bob", message="three")["code"] == "loop_guard"
+    mesh.feed(b, b"bob", envelope("status", humanInput=True))
+    mesh.settle()
+    assert a.engine.stats["guard.human_input_remote"] == 1
+    assert sent(mesh, a, b"alice", "m4", to="bob", message="four")["ok"]
+
+
+def test_a_human_input_notice_about_a_session_the_sender_does_not_hold_is_ignored():
+    mesh = linked_mesh(3)
+    a, b, c = mesh.nodes
+    mesh.hello(a, "alice", group="team", guard={"exchanges": 1})
+    bob = mesh.hello(b, "bob", group="team")
+    mesh.hello(c, "carol", group="team")
+    mesh.call(a, b"alice", "send", "m1", to="bob", message="one")
+    mesh.settle()
+    mesh.call(b, b"bob", "send", "m2", to="alice", message="two")
+    mesh.settle()
+    # Broker c says a person spoke to bob, whom broker b holds: a keeps counting.
+    mesh.pump(c, [LinkSend(a.broker_id, [envelopes.link_human_input(bob["sessionId"])])])
+    assert a.engine.stats["guard.human_input_remote"] == 0
+    mesh.call(a, b"alice", "send", "m3", to="bob", message="three")
+    mesh.settle()
+    assert result_for(mesh.seen[a], b"alice", "m3")["code"] == "loop_guard"
 
 
 # -- the MCP server's flags ----------------------------------------------------------------------

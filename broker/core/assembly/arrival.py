@@ -25,6 +25,7 @@ from schemas.names import (CONTROL, IDLE, INTERACTIVE, NONINTERACTIVE, REPLY_CAP
 
 from broker.core.agents import conversations, invoke_actions as invoking
 from broker.core.agents.registry import welcome_fields
+from broker.core.cluster import remote_guard
 from broker.core.kernel.lifecycle import SessionOpened, emit
 from broker.core.kernel.state import State
 from broker.core.messaging import ask_actions as asking, guard, receipts
@@ -224,7 +225,7 @@ def lifecycle(state: State, session: Session, env: dict, re: str | None, now: fl
     if status is not None:
         invoking.status_changed(state, session, now)
     if env.get("humanInput") is True:     # a person spoke to it: its pairs' turns restart
-        guard.human_input(state, session)
+        remote_guard.human_input(state, session)     # here and on the other brokers
     if re is not None:
         state.answer(session, re, {"status": session.status_text})
 

@@ -54,7 +54,8 @@ from schemas.errors import BusError
 from schemas.limits import heartbeat_s
 from schemas.names import PRESENCE_EVENTS
 
-from broker.core.cluster import remote_conversations as conversation_mirrors, forwarding, mirrors, ownership, remote_listing, waiters
+from broker.core.cluster import (remote_conversations as conversation_mirrors, forwarding, mirrors,
+                                 ownership, remote_guard, remote_listing, waiters)
 from broker.core.agents import conversations, invoke_actions as invoking, respond_action as respond
 from broker.core.messaging import receipts
 from broker.core.messaging.ask_cycles import from_wire
@@ -368,6 +369,7 @@ _LINK_HANDLERS = {
     "relay": _relay,
     "link_jobs": _jobs,
     "link_waiters": waiters.told_here,
+    "link_human_input": remote_guard.told,
     "link_list": remote_listing.query,
     "link_listed": remote_listing.listed,
     "link_hb": _heartbeat,

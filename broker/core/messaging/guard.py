@@ -23,8 +23,8 @@ on them). Sends to a workflow path or a group's members are not counted, nor is
 anything refused. Each broker counts for its own sessions what it sees: a guarded
 session's sends (those handed to another broker's session too, checked before they
 leave) and the messages delivered to it, from here or relayed. A person's input
-resets the counts on the session's own broker only: a guarded peer held by another
-broker counts on until a pause or its own person's input.
+resets the counts on every broker: its own, and the others it is told to
+(``link_human_input``).
 
 Invariants:
 
@@ -243,17 +243,18 @@ def _age(view: Exchange, now: float) -> None:
 
 # -- resets ------------------------------------------------------------------------------
 
-def human_input(state: State, session: Session) -> None:
-    """A person gave ``session`` input: every pair with it here counts turns from 0
-    (its own views, and the views of it other guarded sessions here keep)."""
+def human_input(state: State, session_id: str) -> None:
+    """A person gave session ``session_id`` input: every pair with it here counts turns
+    from 0 (its own views, and the views of it other guarded sessions here keep). Its
+    own broker calls this, and every other broker it tells
+    (:mod:`broker.core.cluster.remote_guard`)."""
     guards = state.guards
-    for view in guards.views.get(session.id, {}).values():
+    for view in guards.views.get(session_id, {}).values():
         view.turns = 0
-    for owner in guards.watchers.get(session.id, ()):
-        view = guards.views[owner].get(session.id)
+    for owner in guards.watchers.get(session_id, ()):
+        view = guards.views[owner].get(session_id)
         if view is not None:
             view.turns = 0
-    state.stats["guard.human_input"] += 1
 
 
 def session_left(state: State, event: SessionLeft | ControlLeft) -> None:
