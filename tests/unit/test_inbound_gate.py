@@ -46,6 +46,23 @@ def test_held_messages_expire_once_and_their_sender_is_told():
     assert b.call(b"alice", "status", messageId="m1")["state"] == "expired"
 
 
+def test_a_held_ask_whose_asker_stopped_waiting_leaves_the_list_expired():
+    """Its asker got ask_timeout: a release would hand over a question nobody waits for."""
+    b = Bus(liveness_s=100)                 # nobody goes silent meanwhile
+    b.hello("alice")
+    b.hello("bob", inbound="hold")
+    b.feed(b"alice", envelope("call", id="q1", action="ask", to="bob", message="ok?", timeout=5))
+    assert [h["messageId"] for h in gate(b, b"bob", "held")["held"]] == ["q1"]
+    out = b.advance(6)
+    (timed_out,) = [c.env for c in out if isinstance(c, Send) and c.identity == b"alice"
+                    and c.env.get("re") == "q1"]
+    assert timed_out["code"] == "ask_timeout"
+    assert settled(out, b"alice") == [("q1", "expired")]
+    assert gate(b, b"bob", "held")["held"] == []
+    assert gate(b, b"bob", "release", messageId="q1")["code"] == "unknown_held"
+    assert b.call(b"alice", "status", messageId="q1")["state"] == "expired"
+
+
 def test_pipelined_sends_are_held_one_by_one_and_released_in_order():
     b = Bus()
     b.hello("alice")

@@ -14,6 +14,7 @@ from schemas.limits import MAX_ASK_TIMEOUT_S
 from schemas.names import TERMINAL
 
 from broker.core.sessions import backlog
+from broker.core.messaging import inbound_gate
 from broker.core.messaging.ask_cycles import refuse_cycle
 from broker.core.messaging.ask_table import Ask
 from broker.core.messaging.delivery import deliver
@@ -73,6 +74,8 @@ def session_gone(state: State, session: Session) -> None:
 def expire(state: State, now: float) -> None:
     for ask in state.asks.expire(now):
         settle_error(state, ask, BusError("ask_timeout", timeout_s=ask.deadline_at - ask.sent_at))
+        if state.gate.held:                 # held for a person: nobody waits for it now
+            inbound_gate.ask_ended(state, ask.target.id, ask.id)
 
 
 def session_left(state: State, event: SessionLeft) -> None:

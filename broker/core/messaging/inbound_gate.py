@@ -13,8 +13,9 @@ Rules:
 * ``hold``: every message from another session that would be handed to it
   (:func:`holds`, asked by the one delivery path, :mod:`broker.core.messaging.delivery`)
   is kept here instead, whole, until a person releases it (then it is delivered as it
-  would have been), drops it, or :data:`~schemas.attention.HOLD_EXPIRY_S` passes. The
-  send is answered ``held`` (not ``delivered``). Replies to the session's own asks and
+  would have been), drops it, or :data:`~schemas.attention.HOLD_EXPIRY_S` passes (a
+  held ask expires sooner, when its asker's timeout ends the ask: :func:`ask_ended`).
+  The send is answered ``held`` (not ``delivered``). Replies to the session's own asks and
   threads are never held: it asked for them. Entries of a stage's queue are not held
   (their queue delivers them again).
 * Nothing is held invisibly: the held messages are listed (``held``), each has a
@@ -172,6 +173,15 @@ def expire(state: State) -> None:
         while queue and next(iter(queue.values())).expires_at <= wall:
             settle(state, take_one(state, session_id, next(iter(queue))), EXPIRED)
             queue = state.gate.held.get(session_id)
+
+
+def ask_ended(state: State, target_id: str, msg_id: str) -> None:
+    """The ask ``msg_id`` to ``target_id`` ended without an answer (its asker's timeout):
+    held, it leaves the list expired, since a release would hand over a question nobody
+    waits for any more."""
+    queue = state.gate.held.get(target_id)
+    if queue and msg_id in queue:
+        settle(state, take_one(state, target_id, msg_id), EXPIRED)
 
 
 def receipt(state: State, sender: Session, msg_id: str) -> dict[str, Any] | None:
