@@ -63,6 +63,16 @@ def test_a_held_ask_whose_asker_stopped_waiting_leaves_the_list_expired():
     assert b.call(b"alice", "status", messageId="q1")["state"] == "expired"
 
 
+def test_a_held_ask_whose_asker_left_leaves_the_list_expired():
+    b = Bus(liveness_s=100)
+    b.hello("alice")
+    b.hello("bob", inbound="hold")
+    b.feed(b"alice", envelope("call", id="q1", action="ask", to="bob", message="ok?"))
+    b.feed(b"alice", envelope("bye"))
+    assert gate(b, b"bob", "held")["held"] == []
+    assert b.engine.stats["inbound.expired"] == 1
+
+
 def test_pipelined_sends_are_held_one_by_one_and_released_in_order():
     b = Bus()
     b.hello("alice")

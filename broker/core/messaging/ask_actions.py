@@ -66,7 +66,9 @@ def session_gone(state: State, session: Session) -> None:
     """Asks to ``session`` fail; its own asks are dropped with it."""
     for ask in state.asks.to_target(session):
         settle_error(state, ask, BusError("peer_disconnected", name=session.name))
-    state.asks.from_asker(session)
+    for ask in state.asks.from_asker(session):
+        if state.gate.held:                 # held for a person: nobody waits for it now
+            inbound_gate.ask_ended(state, ask.target.id, ask.id)
     state.recent.pop(session.id, None)
     state.answered.pop(session.id, None)
 
