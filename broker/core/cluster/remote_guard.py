@@ -2,9 +2,10 @@
 
 A guarded session keeps its view of each peer on its own broker
 (:mod:`broker.core.messaging.guard`), also of a peer another broker holds. When a
-person speaks to a session (``status`` ``humanInput``), its broker resets the pairs it
-sees and tells every broker it is linked to (``link_human_input``, :func:`tell`); each
-resets the views its guarded sessions keep of that session (:func:`told`). Only the
+person speaks to a session (``status`` ``humanInput``), its broker resets the pairs
+it sees and tells every broker it is linked to (``link_human_input``,
+:func:`human_input`); each resets the views its guarded sessions keep of that session
+(:func:`told`). Only the
 broker holding the session may say so: a notice about a session the sender does not
 hold is ignored. People's prompts are rare, so telling every linked broker costs one
 small envelope per prompt and broker.
