@@ -73,6 +73,19 @@ def test_a_held_ask_whose_asker_left_leaves_the_list_expired():
     assert b.engine.stats["inbound.expired"] == 1
 
 
+def test_a_held_ask_whose_target_left_fails_and_leaves_the_list_expired():
+    b = Bus(liveness_s=100)
+    b.hello("alice")
+    b.hello("bob", inbound="hold")
+    b.feed(b"alice", envelope("call", id="q1", action="ask", to="bob", message="ok?"))
+    out = b.feed(b"bob", envelope("bye"))
+    (failed,) = [c.env for c in out if isinstance(c, Send) and c.identity == b"alice"
+                 and c.env.get("re") == "q1"]
+    assert failed["code"] == "peer_disconnected"
+    assert settled(out, b"alice") == [("q1", "expired")]
+    assert b.call(b"alice", "status", messageId="q1")["state"] == "expired"
+
+
 def test_pipelined_sends_are_held_one_by_one_and_released_in_order():
     b = Bus()
     b.hello("alice")

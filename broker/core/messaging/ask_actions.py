@@ -60,6 +60,14 @@ def set_capability(state: State, session: Session, capability: str) -> None:
 def settle_error(state: State, ask: Ask, error: BusError) -> None:
     state.settle(ask.asker, ask.id, error)
     state.stats["asks.settled"] += 1
+    _nobody_waits(state, ask)
+
+
+def _nobody_waits(state: State, ask: Ask) -> None:
+    """``ask`` ended unanswered: if a person still holds it for its target, it leaves
+    their list (a release would hand over a question nobody waits for)."""
+    if state.gate.held:
+        inbound_gate.ask_ended(state, ask.target.id, ask.id)
 
 
 def session_gone(state: State, session: Session) -> None:
@@ -67,8 +75,7 @@ def session_gone(state: State, session: Session) -> None:
     for ask in state.asks.to_target(session):
         settle_error(state, ask, BusError("peer_disconnected", name=session.name))
     for ask in state.asks.from_asker(session):
-        if state.gate.held:                 # held for a person: nobody waits for it now
-            inbound_gate.ask_ended(state, ask.target.id, ask.id)
+        _nobody_waits(state, ask)
     state.recent.pop(session.id, None)
     state.answered.pop(session.id, None)
 
@@ -76,8 +83,6 @@ def session_gone(state: State, session: Session) -> None:
 def expire(state: State, now: float) -> None:
     for ask in state.asks.expire(now):
         settle_error(state, ask, BusError("ask_timeout", timeout_s=ask.deadline_at - ask.sent_at))
-        if state.gate.held:                 # held for a person: nobody waits for it now
-            inbound_gate.ask_ended(state, ask.target.id, ask.id)
 
 
 def session_left(state: State, event: SessionLeft) -> None:

@@ -14,8 +14,8 @@ Rules:
   (:func:`holds`, asked by the one delivery path, :mod:`broker.core.messaging.delivery`)
   is kept here instead, whole, until a person releases it (then it is delivered as it
   would have been), drops it, or :data:`~schemas.attention.HOLD_EXPIRY_S` passes (a
-  held ask expires sooner, when its asker's timeout or departure ends the ask:
-  :func:`ask_ended`).
+  held ask expires sooner, when the ask ends unanswered: its asker's timeout, either
+  side leaving: :func:`ask_ended`).
   The send is answered ``held`` (not ``delivered``). Replies to the session's own asks and
   threads are never held: it asked for them. Entries of a stage's queue are not held
   (their queue delivers them again).
@@ -178,8 +178,9 @@ def expire(state: State) -> None:
 
 def ask_ended(state: State, target_id: str, msg_id: str) -> None:
     """The ask ``msg_id`` to ``target_id`` ended without an answer (its asker's timeout,
-    or its asker left): held, it leaves the list expired, since a release would hand
-    over a question nobody waits for any more."""
+    its asker or its target left, ...: every way :mod:`broker.core.messaging.ask_actions`
+    ends an ask unanswered): held, it leaves the list expired, since a release would
+    hand over a question nobody waits for any more."""
     queue = state.gate.held.get(target_id)
     if queue and msg_id in queue:
         settle(state, take_one(state, target_id, msg_id), EXPIRED)
